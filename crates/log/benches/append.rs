@@ -1,0 +1,2 @@
+//! Append benchmark (placeholder until written).
+fn main() {}

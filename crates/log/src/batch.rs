@@ -1,0 +1,435 @@
+//! Kafka RecordBatch v2: a read-only view over the header, and validation.
+//!
+//! The log stores batches exactly as producers sent them. It only needs the fixed-size header
+//! (61 bytes) to validate a batch, assign offsets and build indexes; records are opaque bytes,
+//! except for timestamp lookups, which walk the records of one uncompressed batch.
+//!
+//! Layout (all integers big-endian):
+//!
+//! | bytes  | field                   | covered by CRC |
+//! |--------|-------------------------|----------------|
+//! | 0..8   | base offset             | no (patched on append) |
+//! | 8..12  | batch length (after this field) | no |
+//! | 12..16 | partition leader epoch  | no |
+//! | 16     | magic (= 2)             | no |
+//! | 17..21 | CRC-32C of bytes 21..   | -  |
+//! | 21..23 | attributes              | yes |
+//! | 23..27 | last offset delta       | yes |
+//! | 27..35 | base timestamp          | yes |
+//! | 35..43 | max timestamp           | yes |
+//! | 43..51 | producer id             | yes |
+//! | 51..53 | producer epoch          | yes |
+//! | 53..57 | base sequence           | yes |
+//! | 57..61 | record count            | yes |
+
+use crate::error::BatchError;
+
+/// Size of the fixed RecordBatch v2 header, up to and including the record count.
+pub const HEADER_BYTES: usize = 61;
+/// Bytes before the `batch length` field's coverage starts: base offset + batch length.
+pub const LOG_OVERHEAD_BYTES: usize = 12;
+/// The only record batch format this log stores.
+pub const MAGIC_V2: i8 = 2;
+/// Largest batch the log accepts, whatever the caller's own limit. Segment positions are `u32`,
+/// and a segment never grows past `segment_bytes` (at most 1 GiB) plus one batch, so a batch must
+/// stay below 2 GiB for positions to fit.
+pub const BATCH_BYTES_MAX: usize = 1 << 30;
+
+const CRC_START: usize = 21;
+const ATTR_COMPRESSION_MASK: u16 = 0x07;
+const ATTR_TIMESTAMP_TYPE_LOG_APPEND: u16 = 0x08;
+const ATTR_CONTROL: u16 = 0x20;
+
+/// What `peek` found at the start of a byte slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peek {
+    /// A whole batch of this many bytes starts here (header fields not yet validated).
+    Whole(usize),
+    /// The slice ends before the batch does; `needed` is the whole batch size if known.
+    Incomplete { needed: Option<usize> },
+}
+
+/// Cheap framing check that allocates nothing: is a whole batch at the start of `buf`?
+///
+/// Returns an error only when the length field itself is impossible (smaller than a header or
+/// larger than [`BATCH_BYTES_MAX`]), which is how a zero-filled or garbage tail shows up.
+pub fn peek(buf: &[u8]) -> Result<Peek, BatchError> {
+    if buf.len() < LOG_OVERHEAD_BYTES {
+        return Ok(Peek::Incomplete { needed: None });
+    }
+    let declared = i32::from_be_bytes(buf[8..12].try_into().expect("4 bytes"));
+    let total = declared as i64 + LOG_OVERHEAD_BYTES as i64;
+    if total < HEADER_BYTES as i64 || total > BATCH_BYTES_MAX as i64 {
+        return Err(BatchError::BadLength { declared });
+    }
+    let total = total as usize;
+    if buf.len() < total {
+        return Ok(Peek::Incomplete { needed: Some(total) });
+    }
+    Ok(Peek::Whole(total))
+}
+
+/// A read-only view of one whole RecordBatch v2 (header + records).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchView<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> BatchView<'a> {
+    /// Views the batch at the start of `buf`, checking framing and header fields but not the CRC.
+    /// `buf` may hold more bytes after the batch; [`BatchView::bytes`] is just this batch.
+    pub fn parse(buf: &'a [u8]) -> Result<Self, BatchError> {
+        let total = match peek(buf)? {
+            Peek::Whole(total) => total,
+            Peek::Incomplete { needed } => {
+                return Err(BatchError::Truncated {
+                    available: buf.len(),
+                    needed,
+                });
+            }
+        };
+        let view = BatchView {
+            bytes: &buf[..total],
+        };
+        if view.magic() != MAGIC_V2 {
+            return Err(BatchError::BadMagic {
+                magic: view.magic(),
+            });
+        }
+        let count = view.record_count();
+        if count <= 0 {
+            return Err(BatchError::NoRecords { count });
+        }
+        if view.last_offset_delta() != count - 1 {
+            return Err(BatchError::OffsetDeltaMismatch {
+                last_offset_delta: view.last_offset_delta(),
+                record_count: count,
+            });
+        }
+        Ok(view)
+    }
+
+    /// Views and fully validates a batch: framing, header fields and CRC-32C.
+    pub fn parse_checked(buf: &'a [u8]) -> Result<Self, BatchError> {
+        let view = Self::parse(buf)?;
+        view.verify_crc()?;
+        Ok(view)
+    }
+
+    /// Checks the CRC-32C stored in the header against the bytes it covers.
+    pub fn verify_crc(&self) -> Result<(), BatchError> {
+        let computed = crc32c::crc32c(&self.bytes[CRC_START..]);
+        let stored = self.crc();
+        if computed != stored {
+            return Err(BatchError::BadCrc { stored, computed });
+        }
+        Ok(())
+    }
+
+    /// The whole batch.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// Size of the whole batch in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    /// A parsed batch is never empty; present for API completeness.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    pub fn base_offset(&self) -> i64 {
+        i64::from_be_bytes(self.field::<8>(0))
+    }
+    pub fn partition_leader_epoch(&self) -> i32 {
+        i32::from_be_bytes(self.field::<4>(12))
+    }
+    pub fn magic(&self) -> i8 {
+        self.bytes[16] as i8
+    }
+    pub fn crc(&self) -> u32 {
+        u32::from_be_bytes(self.field::<4>(17))
+    }
+    pub fn attributes(&self) -> u16 {
+        u16::from_be_bytes(self.field::<2>(21))
+    }
+    /// Compression codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+    pub fn compression(&self) -> u8 {
+        (self.attributes() & ATTR_COMPRESSION_MASK) as u8
+    }
+    /// True when the broker's append time, not the producer's, is every record's timestamp.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes() & ATTR_TIMESTAMP_TYPE_LOG_APPEND != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes() & ATTR_CONTROL != 0
+    }
+    pub fn last_offset_delta(&self) -> i32 {
+        i32::from_be_bytes(self.field::<4>(23))
+    }
+    pub fn base_timestamp(&self) -> i64 {
+        i64::from_be_bytes(self.field::<8>(27))
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        i64::from_be_bytes(self.field::<8>(35))
+    }
+    pub fn producer_id(&self) -> i64 {
+        i64::from_be_bytes(self.field::<8>(43))
+    }
+    pub fn producer_epoch(&self) -> i16 {
+        i16::from_be_bytes(self.field::<2>(51))
+    }
+    pub fn base_sequence(&self) -> i32 {
+        i32::from_be_bytes(self.field::<4>(53))
+    }
+    pub fn record_count(&self) -> i32 {
+        i32::from_be_bytes(self.field::<4>(57))
+    }
+    /// Offset of the last record, given the batch's (possibly patched) base offset.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset() + self.last_offset_delta() as i64
+    }
+
+    /// The offset of the first record whose timestamp is at least `target`, if any.
+    ///
+    /// Walks the records of an uncompressed batch. A compressed batch cannot be walked without
+    /// decompressing (the log never does), so its base offset is returned when its max timestamp
+    /// qualifies: the caller then starts at most one batch early.
+    pub fn first_offset_with_timestamp_at_least(&self, target: i64) -> Option<i64> {
+        if self.max_timestamp() < target {
+            return None;
+        }
+        if self.is_log_append_time() || self.compression() != 0 {
+            return Some(self.base_offset());
+        }
+        let mut records = &self.bytes[HEADER_BYTES..];
+        for _ in 0..self.record_count() {
+            let (len, n) = read_varint(records)?;
+            let body = records.get(n..n + usize::try_from(len).ok()?)?;
+            // attributes (1 byte), timestamp delta (varlong), offset delta (varint), ...
+            let (ts_delta, m) = read_varint(body.get(1..)?)?;
+            let (offset_delta, _) = read_varint(body.get(1 + m..)?)?;
+            if self.base_timestamp() + ts_delta >= target {
+                return Some(self.base_offset() + offset_delta);
+            }
+            records = &records[n + len as usize..];
+        }
+        // Max timestamp qualified but no record did: the header and records disagree.
+        Some(self.base_offset())
+    }
+
+    fn field<const N: usize>(&self, at: usize) -> [u8; N] {
+        self.bytes[at..at + N].try_into().expect("header field within header")
+    }
+}
+
+/// Decodes a zig-zag varint (up to 64 bits); returns the value and the bytes it used.
+fn read_varint(buf: &[u8]) -> Option<(i64, usize)> {
+    let mut raw: u64 = 0;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        raw |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            let value = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+/// Writes the base offset into a batch header (bytes 0..8). The CRC does not cover it.
+pub fn encode_base_offset(offset: i64) -> [u8; 8] {
+    offset.to_be_bytes()
+}
+
+/// Builds valid RecordBatch v2 bytes. For tests, benchmarks and tools; the broker stores what
+/// producers send and never builds batches itself.
+pub mod build {
+    /// One record to put in a batch.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Record<'a> {
+        pub timestamp_delta: i64,
+        pub key: Option<&'a [u8]>,
+        pub value: Option<&'a [u8]>,
+    }
+
+    /// Encodes an uncompressed batch with `base_offset` 0 and the given records.
+    pub fn batch(base_timestamp: i64, records: &[Record<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        batch_into(&mut out, base_timestamp, records);
+        out
+    }
+
+    /// Like [`batch`], appending to `out` (so callers can reuse a buffer).
+    pub fn batch_into(out: &mut Vec<u8>, base_timestamp: i64, records: &[Record<'_>]) {
+        assert!(!records.is_empty(), "a batch needs at least one record");
+        let start = out.len();
+        out.extend_from_slice(&0i64.to_be_bytes()); // base offset
+        out.extend_from_slice(&0i32.to_be_bytes()); // batch length, patched below
+        out.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+        out.push(2); // magic
+        out.extend_from_slice(&0u32.to_be_bytes()); // crc, patched below
+        out.extend_from_slice(&0u16.to_be_bytes()); // attributes
+        out.extend_from_slice(&(records.len() as i32 - 1).to_be_bytes());
+        let max_ts = records
+            .iter()
+            .map(|r| base_timestamp + r.timestamp_delta)
+            .max()
+            .expect("non-empty");
+        out.extend_from_slice(&base_timestamp.to_be_bytes());
+        out.extend_from_slice(&max_ts.to_be_bytes());
+        out.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+        out.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+        out.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+        out.extend_from_slice(&(records.len() as i32).to_be_bytes());
+        let mut body = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            body.clear();
+            body.push(0); // record attributes
+            put_varint(&mut body, r.timestamp_delta);
+            put_varint(&mut body, i as i64);
+            put_bytes(&mut body, r.key);
+            put_bytes(&mut body, r.value);
+            put_varint(&mut body, 0); // header count
+            put_varint(out, body.len() as i64);
+            out.extend_from_slice(&body);
+        }
+        let total = out.len() - start;
+        let length = (total - super::LOG_OVERHEAD_BYTES) as i32;
+        out[start + 8..start + 12].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&out[start + super::CRC_START..]);
+        out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+    }
+
+    fn put_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+        match bytes {
+            None => put_varint(out, -1),
+            Some(b) => {
+                put_varint(out, b.len() as i64);
+                out.extend_from_slice(b);
+            }
+        }
+    }
+
+    fn put_varint(out: &mut Vec<u8>, value: i64) {
+        let mut v = ((value << 1) ^ (value >> 63)) as u64;
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::{Record, batch};
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let recs = [
+            Record {
+                timestamp_delta: 0,
+                key: Some(b"k"),
+                value: Some(b"v1"),
+            },
+            Record {
+                timestamp_delta: 5,
+                key: None,
+                value: Some(b"v2"),
+            },
+            Record {
+                timestamp_delta: 9,
+                key: None,
+                value: None,
+            },
+        ];
+        batch(1_000, &recs)
+    }
+
+    #[test]
+    fn parses_a_built_batch() {
+        let b = sample();
+        let v = BatchView::parse_checked(&b).unwrap();
+        assert_eq!(v.len(), b.len());
+        assert_eq!(v.record_count(), 3);
+        assert_eq!(v.last_offset_delta(), 2);
+        assert_eq!(v.max_timestamp(), 1_009);
+        assert_eq!(v.first_offset_with_timestamp_at_least(1_001), Some(1));
+        assert_eq!(v.first_offset_with_timestamp_at_least(1_009), Some(2));
+        assert_eq!(v.first_offset_with_timestamp_at_least(1_010), None);
+        assert_eq!(v.first_offset_with_timestamp_at_least(0), Some(0));
+    }
+
+    #[test]
+    fn base_offset_is_outside_the_crc() {
+        let mut b = sample();
+        b[..8].copy_from_slice(&encode_base_offset(42));
+        let v = BatchView::parse_checked(&b).unwrap();
+        assert_eq!(v.base_offset(), 42);
+        assert_eq!(v.last_offset(), 44);
+    }
+
+    #[test]
+    fn rejects_each_kind_of_bad_batch() {
+        let good = sample();
+        let mut bad_crc = good.clone();
+        *bad_crc.last_mut().unwrap() ^= 1;
+        assert!(matches!(
+            BatchView::parse_checked(&bad_crc),
+            Err(BatchError::BadCrc { .. })
+        ));
+        let mut bad_magic = good.clone();
+        bad_magic[16] = 1;
+        assert!(matches!(
+            BatchView::parse(&bad_magic),
+            Err(BatchError::BadMagic { magic: 1 })
+        ));
+        assert!(matches!(
+            BatchView::parse(&good[..good.len() - 1]),
+            Err(BatchError::Truncated { .. })
+        ));
+        assert!(matches!(
+            BatchView::parse(&[0u8; 64]),
+            Err(BatchError::BadLength { declared: 0 })
+        ));
+        let mut zero_count = good.clone();
+        zero_count[57..61].copy_from_slice(&0i32.to_be_bytes());
+        assert!(matches!(
+            BatchView::parse(&zero_count),
+            Err(BatchError::NoRecords { count: 0 })
+        ));
+        let mut bad_delta = good.clone();
+        bad_delta[23..27].copy_from_slice(&7i32.to_be_bytes());
+        assert!(matches!(
+            BatchView::parse(&bad_delta),
+            Err(BatchError::OffsetDeltaMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn peek_needs_no_more_than_the_length_field() {
+        let b = sample();
+        assert_eq!(peek(&b[..5]).unwrap(), Peek::Incomplete { needed: None });
+        assert_eq!(
+            peek(&b[..20]).unwrap(),
+            Peek::Incomplete {
+                needed: Some(b.len())
+            }
+        );
+        assert_eq!(peek(&b).unwrap(), Peek::Whole(b.len()));
+    }
+
+    #[test]
+    fn varint_round_trips() {
+        for v in [0i64, 1, -1, 63, -64, 64, 300, -300, i64::MAX, i64::MIN] {
+            let mut buf = Vec::new();
+            let mut x = ((v << 1) ^ (v >> 63)) as u64;
+            while x >= 0x80 {
+                buf.push((x as u8) | 0x80);
+                x >>= 7;
+            }
+            buf.push(x as u8);
+            assert_eq!(read_varint(&buf), Some((v, buf.len())));
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! # sluice-log: the durable partition log
+//!
+//! The storage engine under the broker. One [`PartitionLog`] per topic partition stores Kafka
+//! RecordBatch v2 bytes exactly as producers sent them, except the 8-byte base offset, which the
+//! log assigns (the batch CRC does not cover it).
+//!
+//! Where it sits in the produce path: the broker's produce handler hands each partition's
+//! record batches to [`PartitionLog::append`] → the batches are validated and written into the
+//! active segment (*appended*, [`Appended`]) → a [`GroupCommitter`] sync thread fdatasyncs the
+//! segment, covering every append queued since its last round (*durable*, [`Durable`]) → the
+//! high watermark moves and readers may see the data → the broker answers the producer
+//! (*acknowledged*). In the fetch path, [`PartitionLog::read`] returns whole, CRC-checked
+//! batches from the segment files, ready to put in a response.
+//!
+//! Modules:
+//! - [`batch`]: RecordBatch v2 header view, validation, a small batch builder for tests.
+//! - `segment`: one segment file and its sparse indexes; append, seal, read, scan.
+//! - `index`: sparse offset and time indexes (in memory while active, on disk when sealed).
+//! - `recovery`: opening a directory after a crash; the decision table lives there.
+//! - `commit`: group commit, the sync threads.
+//! - `partition`: the log itself, retention, timestamp lookup, close and delete.
+//!
+//! Files in a partition directory: `<base offset, 20 digits>.log` (segment data),
+//! `.index` (offset → position), `.timeindex` (timestamp → offset) and, after a clean shutdown
+//! only, `clean-shutdown`.
+//!
+//! ## Memory per partition
+//! Bounded and independent of the data size, except for the active segment's in-memory index:
+//! 20 bytes per `index_interval_bytes` (default 4 KiB) of active segment data, i.e. at most
+//! ~0.5% of `segment_bytes` (5 MiB for a full 1 GiB segment; it starts at 5 KiB and grows by
+//! doubling). Sealed segments keep no index in memory. The append path allocates nothing: it
+//! writes the caller's bytes with one `pwritev`, the offset patched through a stack buffer.
+//! Reads allocate one buffer per call for the bytes returned.
+
+pub mod batch;
+mod clock;
+mod commit;
+mod config;
+mod error;
+mod index;
+mod partition;
+mod recovery;
+mod segment;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use commit::{CommitConfig, CommitStatsSnapshot, GroupCommitter};
+pub use config::{FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEVEN_DAYS_MS};
+pub use error::{BatchError, LogError, Result};
+pub use partition::{Appended, Durable, PartitionLog, ReadResult, RetentionOutcome};
+pub use recovery::{CLEAN_SHUTDOWN_MARKER, RecoveryAction, RecoveryReport};

@@ -1,0 +1,685 @@
+//! The partition log: an ordered list of segments, the newest of which takes appends.
+//!
+//! Stages of a write, as types:
+//! 1. [`PartitionLog::append`] validates the batches, assigns offsets and writes them into the
+//!    page cache, returning [`Appended`]: the offsets are fixed but the data is not yet durable
+//!    and no reader can see it.
+//! 2. A group-commit round (see `commit.rs`) fdatasyncs the segment; [`Appended::durable`]
+//!    resolves to [`Durable`], and the high watermark moves past the range, making it readable.
+//! 3. *Acknowledged* is the broker's business: it answers the producer after stage 2.
+//!
+//! Locking: one mutex per partition guards the segment list and the durable point. Appends write
+//! under it (one `pwritev`); fdatasync and the bulk of reads run outside it.
+
+use std::collections::VecDeque;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::batch::{BatchView, HEADER_BYTES};
+use crate::clock::Clock;
+use crate::commit::{CommitHandle, CommitStats, GroupCommitter};
+use crate::config::LogConfig;
+use crate::error::{BatchError, LogError, Result};
+use crate::recovery::{self, CLEAN_SHUTDOWN_MARKER, RecoveryReport};
+use crate::segment::Segment;
+
+/// How far the log is durable: everything before `offset`, which is `position` bytes into the
+/// segment whose base offset is `segment_base` (every older segment is wholly durable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DurablePoint {
+    offset: i64,
+    segment_base: i64,
+    position: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    config: LogConfig,
+    /// Oldest first; the last one is active. Never empty while open.
+    segments: VecDeque<Segment>,
+    durable: DurablePoint,
+    /// Sum of segment sizes.
+    size_bytes: u64,
+    closed: bool,
+}
+
+impl State {
+    fn active(&self) -> &Segment {
+        self.segments.back().expect("a log always has an active segment")
+    }
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .back_mut()
+            .expect("a log always has an active segment")
+    }
+    fn log_start(&self) -> i64 {
+        self.segments.front().map_or(0, |s| s.base_offset)
+    }
+    /// Bytes of `segment` that readers may see.
+    fn readable_limit(&self, segment: &Segment) -> u64 {
+        use std::cmp::Ordering::*;
+        match segment.base_offset.cmp(&self.durable.segment_base) {
+            Less => segment.size,
+            Equal => self.durable.position.min(segment.size),
+            Greater => 0,
+        }
+    }
+    /// Index of the segment holding `offset` (the last with base ≤ offset).
+    fn segment_for(&self, offset: i64) -> usize {
+        self.segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1)
+    }
+}
+
+/// The part of a partition shared with the sync threads and with [`Appended`] handles.
+#[derive(Debug)]
+pub(crate) struct PartitionShared {
+    dir: PathBuf,
+    state: Mutex<State>,
+    /// The high watermark: one past the last durable offset. Mirrors `State::durable.offset`.
+    durable_offset: AtomicI64,
+    /// Woken whenever `durable_offset` moves or the partition fails or is deleted.
+    durable_changed: tokio::sync::Notify,
+    /// True while the partition sits in the commit queue.
+    queued: AtomicBool,
+    /// Set once after a failed write or fdatasync; the partition then refuses appends.
+    failed: OnceLock<Arc<io::Error>>,
+    /// Set when the partition's data is deleted.
+    deleted: AtomicBool,
+    commit: CommitHandle,
+    clock: Arc<dyn Clock>,
+}
+
+/// A durable, segmented log for one partition. Cheap to clone; clones share the log.
+#[derive(Debug, Clone)]
+pub struct PartitionLog {
+    shared: Arc<PartitionShared>,
+    report: Arc<RecoveryReport>,
+}
+
+/// Offsets assigned by an append whose data is written but not yet durable.
+#[derive(Debug, Clone)]
+pub struct Appended {
+    /// Offset of the first record appended.
+    pub base_offset: i64,
+    /// Offset of the last record appended.
+    pub last_offset: i64,
+    shared: Arc<PartitionShared>,
+}
+
+/// Offsets that an fdatasync has covered: they survive a crash and are visible to readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durable {
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+/// Batches returned by [`PartitionLog::read`].
+#[derive(Debug, Clone)]
+pub struct ReadResult {
+    /// Whole record batches, CRC-checked, exactly as stored. Empty when `offset` was at the high
+    /// watermark.
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// What a retention pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub deleted_segments: usize,
+    pub deleted_bytes: u64,
+    pub log_start_offset: i64,
+}
+
+impl PartitionLog {
+    /// Opens the partition log in `dir`, creating it if needed and running recovery (see
+    /// `recovery.rs`). Everything present after recovery is durable and readable.
+    pub fn open(
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        committer: &GroupCommitter,
+        clock: Arc<dyn Clock>,
+    ) -> Result<PartitionLog> {
+        config.validate()?;
+        let dir = dir.into();
+        let recovered = recovery::recover(&dir, &config)?;
+        let segments: VecDeque<Segment> = recovered.segments.into();
+        let active = segments.back().expect("recovery leaves an active segment");
+        let durable = DurablePoint {
+            offset: active.next_offset,
+            segment_base: active.base_offset,
+            position: active.size,
+        };
+        let size_bytes = segments.iter().map(|s| s.size).sum();
+        let shared = Arc::new(PartitionShared {
+            dir,
+            durable_offset: AtomicI64::new(durable.offset),
+            state: Mutex::new(State {
+                config,
+                segments,
+                durable,
+                size_bytes,
+                closed: false,
+            }),
+            durable_changed: tokio::sync::Notify::new(),
+            queued: AtomicBool::new(false),
+            failed: OnceLock::new(),
+            deleted: AtomicBool::new(false),
+            commit: committer.handle(),
+            clock,
+        });
+        Ok(PartitionLog {
+            shared,
+            report: Arc::new(recovered.report),
+        })
+    }
+
+    /// What recovery found and repaired when this log was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Appends one or more whole RecordBatch v2 batches (concatenated), assigning them the next
+    /// offsets.
+    ///
+    /// Every batch is validated first (magic, length, CRC-32C, record count, last offset delta);
+    /// if any is invalid, nothing is written. On success the data is *appended*: in the segment
+    /// file's page cache, with offsets assigned, not yet durable or readable. Await
+    /// [`Appended::durable`] before acknowledging it.
+    pub fn append(&self, data: &[u8]) -> Result<Appended> {
+        validate(data)?;
+        let shared = &self.shared;
+        let (base_offset, last_offset) = {
+            let mut st = self.lock_open()?;
+            self.maybe_roll(&mut st, data.len() as u64)?;
+            let config = st.config;
+            let active = st.active_mut();
+            let base_offset = active.next_offset;
+            let before = active.size;
+            if let Err(e) = active.append(data, &config) {
+                if let LogError::Io { source, .. } = &e {
+                    shared.fail(io::Error::new(source.kind(), source.to_string()));
+                }
+                return Err(e);
+            }
+            if active.first_append_ms.is_none() {
+                active.first_append_ms = Some(shared.clock.now_ms());
+            }
+            let added = active.size - before;
+            let last_offset = active.next_offset - 1;
+            st.size_bytes += added;
+            (base_offset, last_offset)
+        };
+        if !shared.queued.swap(true, Ordering::AcqRel)
+            && !shared.commit.enqueue(Arc::clone(shared))
+        {
+            // The committer is gone (shutting down): sync inline so the caller is not stranded.
+            shared.sync_round(shared.commit.stats());
+        }
+        Ok(Appended {
+            base_offset,
+            last_offset,
+            shared: Arc::clone(shared),
+        })
+    }
+
+    /// Reads whole batches starting with the one that holds `offset`: at least one batch even if
+    /// it is larger than `max_bytes`, then more while the total stays within `max_bytes`. Only
+    /// durable data is returned, and every batch's CRC is checked first.
+    ///
+    /// `offset` at or past the high watermark (but not past the last appended offset) reads
+    /// nothing; below the log start or past the log end is [`LogError::OffsetOutOfRange`].
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult> {
+        let st = self.lock_open()?;
+        let log_start = st.log_start();
+        let high_watermark = st.durable.offset;
+        let log_end = st.active().next_offset;
+        if offset < log_start || offset > log_end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: offset,
+                log_start,
+                high_watermark,
+            });
+        }
+        let empty = ReadResult {
+            records: Bytes::new(),
+            high_watermark,
+            log_start_offset: log_start,
+        };
+        if offset >= high_watermark {
+            return Ok(empty);
+        }
+        // Find the batch under the lock (index lookups), read its bytes outside it.
+        let mut i = st.segment_for(offset);
+        let (file_segment, pos, limit) = loop {
+            let Some(segment) = st.segments.get(i) else {
+                return Ok(empty);
+            };
+            let limit = st.readable_limit(segment);
+            let target = offset.max(segment.base_offset);
+            if let Some(pos) = segment.position_of(target, limit)? {
+                break (segment.reader(), pos, limit);
+            }
+            // `offset` falls in a gap after this segment's last batch: continue in the next.
+            i += 1;
+        };
+        drop(st);
+        let records = file_segment.read_batches(pos, limit, max_bytes)?;
+        Ok(ReadResult {
+            records,
+            high_watermark,
+            log_start_offset: log_start,
+        })
+    }
+
+    /// The first offset whose record timestamp is at least `timestamp`, among durable data;
+    /// `None` if every record is older. (For compressed batches the answer is the batch's base
+    /// offset: the log does not decompress.)
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<i64>> {
+        let st = self.lock_open()?;
+        for segment in &st.segments {
+            if segment.is_empty() || segment.max_timestamp < timestamp {
+                continue;
+            }
+            let limit = st.readable_limit(segment);
+            // Every batch up to and including the one at this entry is older than `timestamp`.
+            let start = segment
+                .time_index
+                .floor(timestamp.saturating_sub(1))?
+                .map_or(segment.base_offset, |e| {
+                    segment.base_offset + i64::from(e.relative_offset)
+                });
+            let Some(mut pos) = segment.position_of(start, limit)? else {
+                continue;
+            };
+            let mut header = [0u8; HEADER_BYTES];
+            while pos + HEADER_BYTES as u64 <= limit {
+                segment.read_exact_at(&mut header, pos)?;
+                let len = 12 + i32::from_be_bytes(header[8..12].try_into().expect("4")) as u64;
+                let max_ts = i64::from_be_bytes(header[35..43].try_into().expect("8"));
+                if max_ts >= timestamp {
+                    let bytes = segment.read_batches(pos, limit, 0)?;
+                    let view = BatchView::parse(&bytes).map_err(|source| LogError::Corrupt {
+                        path: segment.path.clone(),
+                        position: pos,
+                        source,
+                    })?;
+                    return Ok(view.first_offset_with_timestamp_at_least(timestamp));
+                }
+                pos += len;
+            }
+        }
+        Ok(None)
+    }
+
+    /// The first offset still in the log.
+    pub fn log_start_offset(&self) -> i64 {
+        self.lock().log_start()
+    }
+
+    /// One past the last durable offset: the highest offset readers can reach.
+    pub fn high_watermark(&self) -> i64 {
+        self.shared.durable_offset.load(Ordering::Acquire)
+    }
+
+    /// One past the last appended offset (durable or not).
+    pub fn log_end_offset(&self) -> i64 {
+        self.lock().active().next_offset
+    }
+
+    /// Bytes stored in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.lock().size_bytes
+    }
+
+    /// Number of segments (including the active one).
+    pub fn segment_count(&self) -> usize {
+        self.lock().segments.len()
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.lock().config
+    }
+
+    /// Replaces the log's settings (e.g. after a topic config change). New limits apply from the
+    /// next append or retention pass.
+    pub fn set_config(&self, config: LogConfig) -> Result<()> {
+        config.validate()?;
+        self.lock().config = config;
+        Ok(())
+    }
+
+    /// Rolls the active segment now if it is older than `segment_ms` (appends also check this).
+    pub fn roll_if_aged(&self) -> Result<()> {
+        let mut st = self.lock_open()?;
+        self.maybe_roll(&mut st, 0)
+    }
+
+    /// Deletes sealed segments past the retention limits: those whose newest record is older
+    /// than `retention_ms`, then the oldest while the log would still hold `retention_bytes`
+    /// without them. The active segment is never deleted. Advances the log start offset.
+    pub fn apply_retention(&self) -> Result<RetentionOutcome> {
+        let now = self.shared.clock.now_ms();
+        let mut st = self.lock_open()?;
+        let mut outcome = RetentionOutcome::default();
+        let mut deleted = Vec::new();
+        while st.segments.len() > 1 {
+            let oldest = st.segments.front().expect("len > 1");
+            let expired = st
+                .config
+                .retention_ms
+                .is_some_and(|ms| oldest.max_timestamp < now.saturating_sub(ms));
+            let oversize = st
+                .config
+                .retention_bytes
+                .is_some_and(|limit| st.size_bytes - oldest.size >= limit);
+            if !(expired || oversize) {
+                break;
+            }
+            let seg = st.segments.pop_front().expect("len > 1");
+            st.size_bytes -= seg.size;
+            outcome.deleted_segments += 1;
+            outcome.deleted_bytes += seg.size;
+            deleted.push(seg.base_offset);
+        }
+        outcome.log_start_offset = st.log_start();
+        if !deleted.is_empty() {
+            // Readers holding a segment's file keep reading it after the unlink.
+            for base in deleted {
+                recovery::delete_segment_files(&self.shared.dir, base)?;
+            }
+            recovery::sync_dir(&self.shared.dir)?;
+            tracing::info!(
+                partition = %self.shared.dir.display(),
+                segments = outcome.deleted_segments,
+                bytes = outcome.deleted_bytes,
+                log_start = outcome.log_start_offset,
+                "retention deleted segments"
+            );
+        }
+        Ok(outcome)
+    }
+
+    /// Makes everything durable, writes the active segment's indexes and the clean-shutdown
+    /// marker, and closes the log. Later calls fail with [`LogError::Closed`].
+    pub fn close(&self) -> Result<()> {
+        let mut st = self.lock();
+        if st.closed {
+            return Ok(());
+        }
+        st.closed = true;
+        if let Some(err) = self.shared.failed.get() {
+            return Err(LogError::Failed {
+                path: self.shared.dir.clone(),
+                source: Arc::clone(err),
+            });
+        }
+        let active = st.active();
+        let point = DurablePoint {
+            offset: active.next_offset,
+            segment_base: active.base_offset,
+            position: active.size,
+        };
+        active
+            .file
+            .sync_data()
+            .map_err(|e| LogError::io("fdatasync segment", &active.path, e))?;
+        active.offset_index.write_out()?;
+        active.time_index.write_out()?;
+        self.shared.publish(&mut st, point);
+        let marker = self.shared.dir.join(CLEAN_SHUTDOWN_MARKER);
+        fs::File::create(&marker)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| LogError::io("write marker", &marker, e))?;
+        recovery::sync_dir(&self.shared.dir)
+    }
+
+    /// Deletes the partition's data directory. Waiters on unsynced appends get an error.
+    pub fn delete(&self) -> Result<()> {
+        let mut st = self.lock();
+        st.closed = true;
+        self.shared.deleted.store(true, Ordering::Release);
+        self.shared.durable_changed.notify_waiters();
+        let dir = &self.shared.dir;
+        match fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io("delete partition dir", dir, e)),
+        }
+        if let Some(parent) = dir.parent() {
+            recovery::sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.lock()
+    }
+
+    fn lock_open(&self) -> Result<MutexGuard<'_, State>> {
+        let st = self.lock();
+        if st.closed {
+            return Err(LogError::Closed {
+                path: self.shared.dir.clone(),
+            });
+        }
+        if let Some(err) = self.shared.failed.get() {
+            return Err(LogError::Failed {
+                path: self.shared.dir.clone(),
+                source: Arc::clone(err),
+            });
+        }
+        Ok(st)
+    }
+
+    /// Seals the active segment and starts a new one if appending `incoming` bytes would pass
+    /// `segment_bytes`, or the segment is older than `segment_ms`. Empty segments never roll.
+    fn maybe_roll(&self, st: &mut State, incoming: u64) -> Result<()> {
+        let now = self.shared.clock.now_ms();
+        let active = st.active();
+        if active.is_empty() {
+            return Ok(());
+        }
+        let full = active.size + incoming > st.config.segment_bytes;
+        let aged = match (st.config.segment_ms, active.first_append_ms) {
+            (Some(ms), Some(first)) => now.saturating_sub(first) >= ms,
+            _ => false,
+        };
+        if !(full || aged) {
+            return Ok(());
+        }
+        let result = self.roll(st);
+        if let Err(LogError::Io { source, .. }) = &result {
+            self.shared
+                .fail(io::Error::new(source.kind(), source.to_string()));
+        }
+        result
+    }
+
+    fn roll(&self, st: &mut State) -> Result<()> {
+        // Order matters for recovery: the old segment is durable (data and indexes) before the
+        // new file exists, and the new file's directory entry is durable before it takes data.
+        let config = st.config;
+        let active = st.active_mut();
+        active.seal()?;
+        let next = active.next_offset;
+        let point = DurablePoint {
+            offset: next,
+            segment_base: next,
+            position: 0,
+        };
+        let segment = Segment::create(&self.shared.dir, next, &config)?;
+        recovery::sync_dir(&self.shared.dir)?;
+        st.segments.push_back(segment);
+        self.shared.publish(st, point);
+        Ok(())
+    }
+}
+
+impl PartitionShared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock would leave the log in an unknown state; there is no
+        // sane way to continue, so poisoning propagates.
+        self.state.lock().expect("partition state poisoned")
+    }
+
+    /// One group-commit round for this partition: fdatasync the active segment and publish how
+    /// far it got. Called by the sync threads.
+    pub(crate) fn sync_round(&self, stats: &CommitStats) {
+        // Clear first: an append that lands after the snapshot below queues another round.
+        self.queued.store(false, Ordering::Release);
+        let (file, point) = {
+            let st = self.lock();
+            if st.closed || self.failed.get().is_some() {
+                return;
+            }
+            let active = st.active();
+            let point = DurablePoint {
+                offset: active.next_offset,
+                segment_base: active.base_offset,
+                position: active.size,
+            };
+            if point.offset <= st.durable.offset {
+                return;
+            }
+            (Arc::clone(&active.file), point)
+        };
+        let started = Instant::now();
+        let result = file.sync_data();
+        let micros = started.elapsed().as_micros() as u64;
+        stats.fdatasyncs.fetch_add(1, Ordering::Relaxed);
+        stats.fdatasync_micros.fetch_add(micros, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                let mut st = self.lock();
+                let before = st.durable;
+                self.publish(&mut st, point);
+                if point.segment_base == before.segment_base && point.position > before.position {
+                    stats
+                        .bytes_synced
+                        .fetch_add(point.position - before.position, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                tracing::error!(partition = %self.dir.display(), error = %e, "fdatasync failed; partition refuses appends until reopened");
+                self.fail(e);
+            }
+        }
+    }
+
+    /// Moves the durable point forward (never back) and wakes waiters.
+    fn publish(&self, st: &mut State, point: DurablePoint) {
+        if point.offset > st.durable.offset
+            || (point.offset == st.durable.offset && point.segment_base > st.durable.segment_base)
+        {
+            st.durable = point;
+            self.durable_offset.store(point.offset, Ordering::Release);
+            self.durable_changed.notify_waiters();
+        }
+    }
+
+    fn fail(&self, error: io::Error) {
+        let _ = self.failed.set(Arc::new(error));
+        self.durable_changed.notify_waiters();
+    }
+}
+
+impl Appended {
+    /// Resolves once an fdatasync covers every offset of this append.
+    pub async fn durable(&self) -> Result<Durable> {
+        let shared = &self.shared;
+        loop {
+            let notified = shared.durable_changed.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a publish between the check and the await is seen.
+            notified.as_mut().enable();
+            if shared.durable_offset.load(Ordering::Acquire) > self.last_offset {
+                return Ok(Durable {
+                    base_offset: self.base_offset,
+                    last_offset: self.last_offset,
+                });
+            }
+            if let Some(err) = shared.failed.get() {
+                return Err(LogError::Failed {
+                    path: shared.dir.clone(),
+                    source: Arc::clone(err),
+                });
+            }
+            if shared.deleted.load(Ordering::Acquire) {
+                return Err(LogError::Closed {
+                    path: shared.dir.clone(),
+                });
+            }
+            notified.await;
+        }
+    }
+
+    /// Blocks the calling thread until [`Appended::durable`] resolves. Not for async contexts.
+    pub fn wait_durable(&self) -> Result<Durable> {
+        futures_executor::block_on(self.durable())
+    }
+
+    /// Whether the append is already durable.
+    pub fn is_durable(&self) -> bool {
+        self.shared.durable_offset.load(Ordering::Acquire) > self.last_offset
+    }
+}
+
+/// Validates every batch in `data` (framing, header fields, CRC). Nothing is written on error.
+fn validate(data: &[u8]) -> Result<()> {
+    if data.is_empty() {
+        return Err(LogError::InvalidBatch {
+            position: 0,
+            source: BatchError::Empty,
+        });
+    }
+    let mut pos = 0;
+    while pos < data.len() {
+        let view = BatchView::parse_checked(&data[pos..])
+            .map_err(|source| LogError::InvalidBatch {
+                position: pos,
+                source,
+            })?;
+        pos += view.len();
+    }
+    Ok(())
+}
+
+/// A segment's file, detached from the partition lock for reading.
+#[derive(Debug)]
+pub(crate) struct SegmentReader {
+    segment_file: Arc<fs::File>,
+    path: PathBuf,
+}
+
+impl Segment {
+    pub(crate) fn reader(&self) -> SegmentReader {
+        SegmentReader {
+            segment_file: Arc::clone(&self.file),
+            path: self.path.clone(),
+        }
+    }
+
+    pub(crate) fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(&*self.file, buf, pos)
+            .map_err(|e| LogError::io("read segment", &self.path, e))
+    }
+}
+
+impl SegmentReader {
+    fn read_batches(&self, pos: u64, limit: u64, max_bytes: usize) -> Result<Bytes> {
+        crate::segment::read_batches(&self.segment_file, &self.path, pos, limit, max_bytes)
+    }
+}

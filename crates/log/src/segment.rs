@@ -1,0 +1,486 @@
+//! One segment: a file of whole batches named by its base offset, with its two sparse indexes.
+//!
+//! Lifecycle: **active** (the one segment that takes appends; indexes in memory) → **sealed**
+//! (fsynced, indexes written and fsynced, never written again) → **deleted** (by retention or
+//! partition deletion). A segment is sealed *before* the next one is created, so at any moment
+//! every segment but the newest is fully durable; recovery relies on that (see `recovery.rs`).
+//!
+//! Why growing files and not preallocated ones: on ext4 an fdatasync after a write that extends a
+//! file also commits the size change to the journal, which costs a few milliseconds whatever the
+//! write size. Group commit amortises that fixed cost over every append of a round, and rounds
+//! grow with load (measured in `docs/benchmarks.md`). Zero-filling ahead would double the bytes
+//! written, and `fallocate` leaves unwritten extents whose conversion costs the same journal
+//! commit.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, IoSlice};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::batch::{self, BatchView, HEADER_BYTES, LOG_OVERHEAD_BYTES, Peek};
+use crate::config::LogConfig;
+use crate::error::{BatchError, LogError, Result};
+use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
+
+/// Most batches written with one `pwritev` (two iovecs per batch: the patched base offset and the
+/// rest). Larger appends are written in several calls. Well under Linux's IOV_MAX (1024).
+const WRITE_BATCHES_PER_CALL: usize = 64;
+
+pub(crate) fn log_file_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.log")
+}
+pub(crate) fn index_file_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.index")
+}
+pub(crate) fn time_index_file_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.timeindex")
+}
+
+/// One segment's file and indexes.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    pub path: PathBuf,
+    pub file: Arc<File>,
+    /// Bytes of whole, valid batches in the file.
+    pub size: u64,
+    /// One past the last offset stored here; equals `base_offset` when empty.
+    pub next_offset: i64,
+    /// Largest batch max-timestamp in the segment; `i64::MIN` when empty.
+    pub max_timestamp: i64,
+    pub offset_index: SparseIndex<OffsetEntry>,
+    pub time_index: SparseIndex<TimeEntry>,
+    /// Batch bytes appended since the last index entry.
+    bytes_since_index: u64,
+    /// When the first append landed in this segment since the log was opened (for `segment_ms`).
+    pub first_append_ms: Option<i64>,
+}
+
+/// How a scan of a segment ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ScanEnd {
+    /// Every byte up to the end of the file is a valid batch.
+    Clean,
+    /// Fewer than 12 bytes remain: not even a length field.
+    TornHeader,
+    /// The length field says the batch runs past the end of the file.
+    TornBody,
+    /// The rest of the file is zeros (a length field of 0 followed by zeros).
+    ZeroTail,
+    /// A whole batch that fails validation (CRC, magic, counts).
+    Corrupt(BatchError),
+    /// A valid batch whose base offset is not the next expected offset.
+    OffsetGap { expected: i64, found: i64 },
+}
+
+/// Result of scanning batches from some position of a segment file.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    /// Position just after the last valid batch.
+    pub valid_end: u64,
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    pub end: ScanEnd,
+}
+
+impl Segment {
+    /// Creates a new, empty active segment file. The caller fsyncs the directory.
+    pub fn create(dir: &Path, base_offset: i64, config: &LogConfig) -> Result<Segment> {
+        let path = dir.join(log_file_name(base_offset));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| LogError::io("create segment", &path, e))?;
+        Ok(Segment::active(dir, base_offset, path, file, config))
+    }
+
+    fn active(dir: &Path, base_offset: i64, path: PathBuf, file: File, config: &LogConfig) -> Self {
+        let capacity = config.index_entries_max();
+        Segment {
+            base_offset,
+            path,
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: i64::MIN,
+            offset_index: SparseIndex::new_active(dir.join(index_file_name(base_offset)), capacity),
+            time_index: SparseIndex::new_active(
+                dir.join(time_index_file_name(base_offset)),
+                capacity,
+            ),
+            bytes_since_index: u64::MAX,
+            first_append_ms: None,
+        }
+    }
+
+    /// Builds a segment from recovered state (see `recovery.rs`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_recovered(
+        base_offset: i64,
+        path: PathBuf,
+        file: File,
+        size: u64,
+        next_offset: i64,
+        max_timestamp: i64,
+        offset_index: SparseIndex<OffsetEntry>,
+        time_index: SparseIndex<TimeEntry>,
+    ) -> Segment {
+        Segment {
+            base_offset,
+            path,
+            file: Arc::new(file),
+            size,
+            next_offset,
+            max_timestamp,
+            offset_index,
+            time_index,
+            // Start a fresh interval: the next append gets an index entry.
+            bytes_since_index: u64::MAX,
+            first_append_ms: None,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Writes validated batches at the end of the file, patching each base offset to the next
+    /// offset, and indexes them.
+    ///
+    /// Durability: when this returns, the bytes are in the page cache (*appended*), not durable.
+    /// On error the file is truncated back to its previous size so no partial batch remains.
+    pub fn append(&mut self, data: &[u8], config: &LogConfig) -> Result<()> {
+        let start_size = self.size;
+        let start_next = self.next_offset;
+        if let Err(e) = self.write_batches(data) {
+            // Best effort: remove whatever part of the write landed. If this fails too, the log
+            // is marked failed by the caller and recovery truncates at the torn batch on reopen.
+            let _ = self.file.set_len(start_size);
+            self.size = start_size;
+            self.next_offset = start_next;
+            return Err(LogError::io("write segment", &self.path, e));
+        }
+        // Index what was written. Headers were validated by the caller; walk them again.
+        let mut pos = 0usize;
+        let mut offset = start_next;
+        while pos < data.len() {
+            let view = BatchView::parse(&data[pos..]).expect("validated before append");
+            self.note_batch(
+                start_size + pos as u64,
+                offset,
+                view.len() as u64,
+                view.max_timestamp(),
+                config,
+            );
+            offset += i64::from(view.last_offset_delta()) + 1;
+            pos += view.len();
+        }
+        Ok(())
+    }
+
+    fn write_batches(&mut self, data: &[u8]) -> io::Result<()> {
+        let mut offsets = [[0u8; 8]; WRITE_BATCHES_PER_CALL];
+        let mut pos = 0usize;
+        let mut file_pos = self.size;
+        let mut next = self.next_offset;
+        while pos < data.len() {
+            // Gather up to WRITE_BATCHES_PER_CALL batches into one vectored write.
+            let mut spans = [(0usize, 0usize); WRITE_BATCHES_PER_CALL];
+            let mut n = 0;
+            let mut chunk_bytes = 0u64;
+            while n < WRITE_BATCHES_PER_CALL && pos < data.len() {
+                let view = BatchView::parse(&data[pos..]).map_err(io::Error::other)?;
+                offsets[n] = batch::encode_base_offset(next);
+                spans[n] = (pos, view.len());
+                next += i64::from(view.last_offset_delta()) + 1;
+                chunk_bytes += view.len() as u64;
+                pos += view.len();
+                n += 1;
+            }
+            let mut iov: [IoSlice<'_>; 2 * WRITE_BATCHES_PER_CALL] =
+                [IoSlice::new(&[]); 2 * WRITE_BATCHES_PER_CALL];
+            for i in 0..n {
+                let (start, len) = spans[i];
+                iov[2 * i] = IoSlice::new(&offsets[i]);
+                iov[2 * i + 1] = IoSlice::new(&data[start + 8..start + len]);
+            }
+            pwritev_all(&self.file, &mut iov[..2 * n], file_pos)?;
+            file_pos += chunk_bytes;
+        }
+        self.size = file_pos;
+        self.next_offset = next;
+        Ok(())
+    }
+
+    /// Updates indexes and timestamps for one batch stored at `position`.
+    pub fn note_batch(
+        &mut self,
+        position: u64,
+        base_offset: i64,
+        len: u64,
+        max_timestamp: i64,
+        config: &LogConfig,
+    ) {
+        if self.bytes_since_index >= u64::from(config.index_interval_bytes) {
+            let relative_offset = (base_offset - self.base_offset) as u32;
+            self.offset_index.push(OffsetEntry {
+                relative_offset,
+                position: position as u32,
+            });
+            let ts = self.max_timestamp.max(max_timestamp);
+            if self.time_index.last().is_none_or(|e| ts > e.timestamp) {
+                self.time_index.push(TimeEntry {
+                    timestamp: ts,
+                    relative_offset,
+                });
+            }
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index = self.bytes_since_index.saturating_add(len);
+        self.max_timestamp = self.max_timestamp.max(max_timestamp);
+    }
+
+    /// Accounts for a batch that the recovered index already points at (the start of a tail
+    /// scan): no new entry, but the interval restarts after it.
+    pub fn note_indexed_batch(&mut self, len: u64, max_timestamp: i64) {
+        self.bytes_since_index = len;
+        self.max_timestamp = self.max_timestamp.max(max_timestamp);
+    }
+
+    /// Seals the segment: fdatasync the data, write and fsync both indexes. After this the segment
+    /// is never written again.
+    pub fn seal(&mut self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| LogError::io("fdatasync segment", &self.path, e))?;
+        self.offset_index.write_out()?;
+        self.time_index.write_out()?;
+        self.offset_index.seal();
+        self.time_index.seal();
+        Ok(())
+    }
+
+    /// Position of the batch holding `offset` (which must be in `[base_offset, next_offset)`),
+    /// looking no further than `limit` bytes into the file.
+    pub fn position_of(&self, offset: i64, limit: u64) -> Result<Option<u64>> {
+        let relative = offset - self.base_offset;
+        let mut pos = self
+            .offset_index
+            .floor(relative)?
+            .map_or(0, |e| u64::from(e.position));
+        let mut header = [0u8; HEADER_BYTES];
+        while pos + HEADER_BYTES as u64 <= limit {
+            self.file
+                .read_exact_at(&mut header, pos)
+                .map_err(|e| LogError::io("read segment", &self.path, e))?;
+            let total = match batch::peek(&header) {
+                Ok(Peek::Incomplete { needed: Some(total) }) => total as u64,
+                Ok(_) => HEADER_BYTES as u64,
+                Err(source) => {
+                    return Err(LogError::Corrupt {
+                        path: self.path.clone(),
+                        position: pos,
+                        source,
+                    });
+                }
+            };
+            let base = i64::from_be_bytes(header[..8].try_into().expect("8 bytes"));
+            let delta = i32::from_be_bytes(header[23..27].try_into().expect("4 bytes"));
+            if base + i64::from(delta) >= offset {
+                return Ok(Some(pos));
+            }
+            pos += total;
+        }
+        Ok(None)
+    }
+
+    /// Reads whole batches starting at `pos`; see [`read_batches`].
+    pub fn read_batches(&self, pos: u64, limit: u64, max_bytes: usize) -> Result<Bytes> {
+        read_batches(&self.file, &self.path, pos, limit, max_bytes)
+    }
+
+    /// Scans batches from `from` to the end of the file (`file_len`), verifying each one's
+    /// length, CRC and offset continuity, and calling `visit(position, view)` for each valid one.
+    pub fn scan(
+        file: &File,
+        path: &Path,
+        from: u64,
+        file_len: u64,
+        expected_offset: i64,
+        mut visit: impl FnMut(u64, &BatchView<'_>),
+    ) -> Result<Scan> {
+        // Reads in chunks so a scan of a large segment needs bounded memory.
+        const CHUNK_BYTES: usize = 1 << 20;
+        let mut buf: Vec<u8> = Vec::new();
+        let mut buf_start = from;
+        let mut pos = from;
+        let mut next_offset = expected_offset;
+        let mut max_timestamp = i64::MIN;
+        let end = loop {
+            if pos == file_len {
+                break ScanEnd::Clean;
+            }
+            let in_buf = ((pos - buf_start) as usize).min(buf.len());
+            let peeked = batch::peek(&buf[in_buf..]);
+            let total = match peeked {
+                Ok(Peek::Whole(total)) => total,
+                Ok(Peek::Incomplete { needed }) => {
+                    let have_in_file = file_len - pos;
+                    let need = needed.unwrap_or(LOG_OVERHEAD_BYTES) as u64;
+                    if have_in_file < LOG_OVERHEAD_BYTES as u64 {
+                        break if is_zeros(file, path, pos, file_len)? {
+                            ScanEnd::ZeroTail
+                        } else {
+                            ScanEnd::TornHeader
+                        };
+                    }
+                    if have_in_file < need {
+                        break ScanEnd::TornBody;
+                    }
+                    // Refill the buffer from `pos` with at least `need` bytes.
+                    let len = (need.max(CHUNK_BYTES as u64)).min(have_in_file) as usize;
+                    buf.clear();
+                    buf.resize(len, 0);
+                    file.read_exact_at(&mut buf, pos)
+                        .map_err(|e| LogError::io("read segment", path, e))?;
+                    buf_start = pos;
+                    continue;
+                }
+                Err(BatchError::BadLength { declared: 0 })
+                    if is_zeros(file, path, pos, file_len)? =>
+                {
+                    break ScanEnd::ZeroTail;
+                }
+                Err(e) => break ScanEnd::Corrupt(e),
+            };
+            let rest = &buf[in_buf..];
+            let view = match BatchView::parse_checked(&rest[..total]) {
+                Ok(view) => view,
+                Err(e) => break ScanEnd::Corrupt(e),
+            };
+            if view.base_offset() != next_offset {
+                break ScanEnd::OffsetGap {
+                    expected: next_offset,
+                    found: view.base_offset(),
+                };
+            }
+            visit(pos, &view);
+            next_offset = view.last_offset() + 1;
+            max_timestamp = max_timestamp.max(view.max_timestamp());
+            pos += total as u64;
+        };
+        Ok(Scan {
+            valid_end: pos,
+            next_offset,
+            max_timestamp,
+            end,
+        })
+    }
+}
+
+/// Reads whole batches starting at `pos`: at least one batch (even one larger than
+/// `max_bytes`), then more while they fit in `max_bytes`, never past `limit`. Every batch's
+/// CRC is checked before it is returned.
+pub(crate) fn read_batches(
+file: &File,
+path: &Path,
+pos: u64,
+limit: u64,
+max_bytes: usize,
+) -> Result<Bytes> {
+    if pos >= limit {
+        return Ok(Bytes::new());
+    }
+    let available = limit - pos;
+    let mut header = [0u8; LOG_OVERHEAD_BYTES];
+    file
+        .read_exact_at(&mut header, pos)
+        .map_err(|e| LogError::io("read segment", path, e))?;
+    let first = match batch::peek(&header) {
+        Ok(Peek::Incomplete { needed: Some(total) }) => total as u64,
+        Ok(_) => unreachable!("a 12-byte header never holds a whole batch"),
+        Err(source) => {
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                position: pos,
+                source,
+            });
+        }
+    };
+    let want = (max_bytes as u64).max(first).min(available);
+    let mut buf = BytesMut::zeroed(want as usize);
+    file
+        .read_exact_at(&mut buf, pos)
+        .map_err(|e| LogError::io("read segment", path, e))?;
+    // Keep whole, valid batches only.
+    let mut keep = 0usize;
+    while keep < buf.len() {
+        match BatchView::parse_checked(&buf[keep..]) {
+            Ok(view) => keep += view.len(),
+            Err(BatchError::Truncated { .. }) if keep > 0 => break,
+            Err(source) => {
+                return Err(LogError::Corrupt {
+                    path: path.to_path_buf(),
+                    position: pos + keep as u64,
+                    source,
+                });
+            }
+        }
+    }
+    buf.truncate(keep);
+    Ok(buf.freeze())
+}
+
+/// True when every byte of `file` in `[from, to)` is zero.
+fn is_zeros(file: &File, path: &Path, from: u64, to: u64) -> Result<bool> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut pos = from;
+    while pos < to {
+        let n = ((to - pos) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], pos)
+            .map_err(|e| LogError::io("read segment", path, e))?;
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        pos += n as u64;
+    }
+    Ok(true)
+}
+
+/// Writes every byte of `iov` at `pos`, retrying short writes and interrupts.
+fn pwritev_all(file: &File, mut iov: &mut [IoSlice<'_>], mut pos: u64) -> io::Result<()> {
+    while !iov.is_empty() {
+        // SAFETY: `IoSlice` is guaranteed ABI-compatible with `struct iovec` on Unix, the slice
+        // is valid for `iov.len()` entries, and every buffer it points to outlives this call.
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                iov.as_ptr().cast::<libc::iovec>(),
+                iov.len() as libc::c_int,
+                pos as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "pwritev wrote nothing",
+            ));
+        }
+        pos += n as u64;
+        IoSlice::advance_slices(&mut iov, n as usize);
+    }
+    Ok(())
+}
