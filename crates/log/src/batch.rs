@@ -187,7 +187,7 @@ impl<'a> BatchView<'a> {
     }
     /// Offset of the last record, given the batch's (possibly patched) base offset.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset() + self.last_offset_delta() as i64
+        self.base_offset().saturating_add(self.last_offset_delta() as i64)
     }
 
     /// The offset of the first record whose timestamp is at least `target`, if any.
@@ -209,8 +209,8 @@ impl<'a> BatchView<'a> {
             // attributes (1 byte), timestamp delta (varlong), offset delta (varint), ...
             let (ts_delta, m) = read_varint(body.get(1..)?)?;
             let (offset_delta, _) = read_varint(body.get(1 + m..)?)?;
-            if self.base_timestamp() + ts_delta >= target {
-                return Some(self.base_offset() + offset_delta);
+            if self.base_timestamp().saturating_add(ts_delta) >= target {
+                return Some(self.base_offset().saturating_add(offset_delta));
             }
             records = &records[n + len as usize..];
         }
@@ -417,6 +417,38 @@ mod tests {
             }
         );
         assert_eq!(peek(&b).unwrap(), Peek::Whole(b.len()));
+    }
+
+    proptest::proptest! {
+        /// Arbitrary bytes never panic the parser: they parse, or give a typed error.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+            let _ = peek(&bytes);
+            if let Ok(v) = BatchView::parse(&bytes) {
+                let _ = v.verify_crc();
+                let _ = v.first_offset_with_timestamp_at_least(0);
+                let _ = v.first_offset_with_timestamp_at_least(i64::MAX);
+            }
+        }
+
+        /// A valid header over garbage records never panics the timestamp walk.
+        #[test]
+        fn garbage_records_never_panic(
+            records in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            count in 1i32..50,
+            target in proptest::num::i64::ANY,
+        ) {
+            let mut b = sample();
+            b.truncate(HEADER_BYTES);
+            b.extend_from_slice(&records);
+            let len = (b.len() - LOG_OVERHEAD_BYTES) as i32;
+            b[8..12].copy_from_slice(&len.to_be_bytes());
+            b[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+            b[57..61].copy_from_slice(&count.to_be_bytes());
+            b[35..43].copy_from_slice(&i64::MAX.to_be_bytes());
+            let v = BatchView::parse(&b).unwrap();
+            let _ = v.first_offset_with_timestamp_at_least(target);
+        }
     }
 
     #[test]

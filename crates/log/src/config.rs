@@ -79,18 +79,13 @@ impl LogConfig {
 }
 
 /// When appended data is made durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlushPolicy {
     /// Group commit: a sync round starts as soon as anything is appended, and one round covers
     /// every append queued while the previous round ran. Default.
+    #[default]
     Always,
     /// Sync rounds run every `interval_ms`; an append becomes durable (and readable) at the next
     /// round. Trades latency for fewer fdatasyncs.
     IntervalMs(u64),
-}
-
-impl Default for FlushPolicy {
-    fn default() -> Self {
-        FlushPolicy::Always
-    }
 }

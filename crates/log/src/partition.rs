@@ -307,7 +307,17 @@ impl PartitionLog {
             let mut header = [0u8; HEADER_BYTES];
             while pos + HEADER_BYTES as u64 <= limit {
                 segment.read_exact_at(&mut header, pos)?;
-                let len = 12 + i32::from_be_bytes(header[8..12].try_into().expect("4")) as u64;
+                let len = match crate::batch::peek(&header) {
+                    Ok(crate::batch::Peek::Incomplete { needed: Some(total) }) => total as u64,
+                    Ok(_) => HEADER_BYTES as u64,
+                    Err(source) => {
+                        return Err(LogError::Corrupt {
+                            path: segment.path.clone(),
+                            position: pos,
+                            source,
+                        });
+                    }
+                };
                 let max_ts = i64::from_be_bytes(header[35..43].try_into().expect("8"));
                 if max_ts >= timestamp {
                     let bytes = segment.read_batches(pos, limit, 0)?;

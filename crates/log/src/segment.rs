@@ -292,7 +292,7 @@ impl Segment {
             };
             let base = i64::from_be_bytes(header[..8].try_into().expect("8 bytes"));
             let delta = i32::from_be_bytes(header[23..27].try_into().expect("4 bytes"));
-            if base + i64::from(delta) >= offset {
+            if base.saturating_add(i64::from(delta)) >= offset {
                 return Ok(Some(pos));
             }
             pos += total;

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs Sluice's whole test suite: formatting, lints, unit, property, recovery and crash tests.
+# Installs what it needs (idempotently); safe to run on a fresh clone.
+#
+#   scripts/test.sh            # everything in the default suite
+#   SLUICE_TEST_QUICK=1 scripts/test.sh   # skip fmt/clippy (inner dev loop)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need cargo; then
+  echo "error: cargo not found. Install Rust (https://rustup.rs) and re-run." >&2
+  exit 1
+fi
+# rustfmt and clippy ship as rustup components; add them if this toolchain lacks them.
+if need rustup; then
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$component" \
+      || rustup component add "$component"
+  done
+fi
+
+if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
+  echo "==> cargo fmt --check"
+  cargo fmt --all -- --check
+  echo "==> cargo clippy"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
+echo "==> cargo test"
+cargo test --workspace --locked
