@@ -1,12 +1,13 @@
 //! Group commit: the threads that turn *appended* data into *durable* data.
 //!
-//! An append writes into the page cache and queues its partition here (once: a partition already
-//! queued is not queued again). Sync threads take queued partitions and run one *sync round*
-//! each: note how far the partition's active segment has been written, fdatasync it, then
-//! publish that point as durable and wake everyone waiting on it. Every append that landed while
-//! the previous round's fdatasync ran is covered by the next round's single fdatasync, so the
-//! number of fdatasyncs per second is bounded by the disk's sync latency, not by the append rate,
-//! and bytes per fdatasync grow with load.
+//! An append writes into the page cache and queues its partition here (once: a partition stays
+//! queued until its round ends, so it is never queued twice and never has two rounds running).
+//! Sync threads take queued partitions and run one *sync round* each: note how far the
+//! partition's active segment has been written, fdatasync it, then publish that point as durable
+//! and wake everyone waiting on it. Every append that landed while the previous round's fdatasync
+//! ran is covered by the next round's single fdatasync, so the number of fdatasyncs per second is
+//! bounded by the disk's sync latency, not by the append rate, and bytes per fdatasync grow with
+//! load.
 //!
 //! With several sync threads, rounds of different partitions run concurrently: on ext4,
 //! concurrent fdatasyncs share one journal commit, which is what makes many partitions per disk
@@ -164,7 +165,8 @@ pub(crate) struct CommitHandle {
 }
 
 impl CommitHandle {
-    /// Queues `partition` for a sync round. The caller guarantees it is not already queued.
+    /// Queues `partition` for a sync round. The caller guarantees it is not already queued (it
+    /// won the partition's `queued` flag).
     /// Returns false if the committer has shut down (the caller then syncs itself).
     pub fn enqueue(&self, partition: Arc<PartitionShared>) -> bool {
         let mut q = self.shared.queue.lock().expect("commit queue poisoned");

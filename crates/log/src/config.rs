@@ -70,12 +70,6 @@ impl LogConfig {
         }
         Ok(())
     }
-
-    /// Most offset-index entries a segment can hold: one per `index_interval_bytes` of data, plus
-    /// one for the batch that overshoots. This bounds the active segment's in-memory index.
-    pub fn index_entries_max(&self) -> usize {
-        (self.segment_bytes / u64::from(self.index_interval_bytes)) as usize + 2
-    }
 }
 
 /// When appended data is made durable.

@@ -1,17 +1,16 @@
 //! Sparse per-segment indexes: offset → file position, and timestamp → offset.
 //!
 //! Both are derived data: recovery can always rebuild them by scanning the segment, so they are
-//! never on the durability path of an append. The active segment keeps its entries in memory
-//! (at most [`crate::LogConfig::index_entries_max`] of them) and writes them out when it is
-//! sealed or the log is closed; a sealed segment's index lives only in its file and is searched
-//! with positioned reads, so memory does not grow with the number of segments.
+//! never on the durability path of an append. Entries live in the index file, searched with
+//! positioned reads (the page cache keeps hot ones in memory); the active segment also keeps its
+//! newest [`TAIL_ENTRIES`] entries in a fixed in-memory tail, written out when it fills. Memory
+//! therefore does not grow with segment size or segment count.
 //!
 //! File formats (big-endian, fixed-size entries, no header):
 //! - `.index`: `relative offset: u32, position: u32` (8 bytes per entry)
 //! - `.timeindex`: `max timestamp so far: i64, relative offset: u32` (12 bytes per entry)
 
-use std::fs::File;
-use std::io::Write;
+use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -76,92 +75,157 @@ impl Entry for TimeEntry {
     }
 }
 
-/// A sparse index whose entries are either in memory (active segment) or in its file (sealed).
+/// Entries an active index holds in memory before writing them to its file. Fixed, so an
+/// active index costs the same small amount of memory however large its segment grows
+/// (256 × 8 B + 256 × 16 B = 6 KiB for the pair), and the append path never allocates.
+pub(crate) const TAIL_ENTRIES: usize = 256;
+
+/// A sparse index: entries in its file, plus (while the segment is active) a fixed-size tail of
+/// the newest entries in memory, written to the file when it fills.
+///
+/// The file of an active index is written without fsync: it is derived data that recovery
+/// rebuilds after an unclean shutdown. It is fsynced when the segment is sealed and at a clean
+/// close, which is when recovery starts trusting it.
 #[derive(Debug)]
 pub(crate) struct SparseIndex<E: Entry> {
     path: PathBuf,
-    /// `Some` while the segment is active.
-    memory: Option<Vec<E>>,
-    /// Entries in the file (sealed) or in memory (active).
-    len: usize,
-    /// The last entry, kept for cheap appends and recovery checks.
+    /// Open while active; sealed indexes open their file per lookup to keep descriptors few.
+    file: Option<File>,
+    /// Entries in the file.
+    flushed: usize,
+    /// Newest entries, not yet in the file. Capacity [`TAIL_ENTRIES`], allocated once.
+    tail: Vec<E>,
+    /// The last entry, for cheap appends and recovery checks.
     last: Option<E>,
-    /// Most entries kept in memory; bounds the active segment's index memory.
-    max_entries: usize,
 }
 
-/// Entries reserved up front for a new active index; it grows (rarely, by doubling) up to its
-/// maximum as the segment fills, so an idle partition costs little memory.
-const INITIAL_ENTRIES: usize = 256;
-
 impl<E: Entry> SparseIndex<E> {
-    /// A new, empty, in-memory index for an active segment holding at most `max_entries`.
-    pub fn new_active(path: PathBuf, max_entries: usize) -> Self {
-        Self::active_from(path, Vec::new(), max_entries)
+    /// A new, empty active index; creates (or empties) its file.
+    pub fn create(path: PathBuf) -> Result<Self> {
+        Self::resume(path, 0, None)
     }
 
-    /// An index for an active segment, starting from `entries` (recovered from disk or a scan).
-    pub fn active_from(path: PathBuf, mut entries: Vec<E>, max_entries: usize) -> Self {
-        entries.truncate(max_entries);
-        entries.reserve(INITIAL_ENTRIES.min(max_entries).saturating_sub(entries.len()));
-        SparseIndex {
+    /// Continues an active index whose file holds `valid` trusted entries (anything after them,
+    /// such as a torn partial entry, is cut off), the last of which is `last`.
+    pub fn resume(path: PathBuf, valid: usize, last: Option<E>) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| LogError::io("open index", &path, e))?;
+        file.set_len((valid * E::BYTES) as u64)
+            .map_err(|e| LogError::io("truncate index", &path, e))?;
+        Ok(SparseIndex {
             path,
-            len: entries.len(),
-            last: entries.last().copied(),
-            memory: Some(entries),
-            max_entries,
-        }
+            file: Some(file),
+            flushed: valid,
+            tail: Vec::with_capacity(TAIL_ENTRIES),
+            last,
+        })
     }
 
-    /// A sealed segment's index, already complete in its file with `len` entries.
+    /// A sealed segment's index, complete in its file with `len` entries.
     #[cfg(test)]
     pub fn sealed(path: PathBuf, len: usize, last: Option<E>) -> Self {
         SparseIndex {
             path,
-            memory: None,
-            len,
+            file: None,
+            flushed: len,
+            tail: Vec::new(),
             last,
-            max_entries: len,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.flushed + self.tail.len()
     }
     pub fn last(&self) -> Option<E> {
         self.last
     }
 
-    /// Adds an entry to the active index. Past `max_entries` (only reachable when a segment
-    /// overshoots its size limit), entries are dropped: the index gets sparser, lookups stay
-    /// correct.
+    /// Adds an entry to the active index. Never allocates. If writing a full tail to the file
+    /// fails, those entries are dropped with a warning: the index only gets sparser, and every
+    /// lookup stays correct (a lookup walks forward from whatever entry it finds).
     pub fn push(&mut self, entry: E) {
-        let Some(memory) = self.memory.as_mut() else {
-            debug_assert!(false, "push on a sealed index");
-            return;
-        };
-        if memory.len() >= self.max_entries {
-            return;
+        debug_assert!(self.file.is_some(), "push on a sealed index");
+        if self.tail.len() == TAIL_ENTRIES
+            && let Err(e) = self.flush()
+        {
+            tracing::warn!(error = %e, "dropping index entries");
+            self.tail.clear();
         }
-        memory.push(entry);
-        self.len = memory.len();
+        self.tail.push(entry);
         self.last = Some(entry);
+    }
+
+    /// Writes the in-memory tail to the file (no fsync).
+    pub fn flush(&mut self) -> Result<()> {
+        if self.tail.is_empty() {
+            return Ok(());
+        }
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        // Encode through a fixed stack buffer: no allocation.
+        let mut buf = [0u8; 16 * 64];
+        let per_chunk = buf.len() / E::BYTES;
+        let mut at = (self.flushed * E::BYTES) as u64;
+        for chunk in self.tail.chunks(per_chunk) {
+            let n = chunk.len() * E::BYTES;
+            for (slot, entry) in buf[..n].chunks_exact_mut(E::BYTES).zip(chunk) {
+                entry.encode(slot);
+            }
+            file.write_all_at(&buf[..n], at)
+                .map_err(|e| LogError::io("write index", &self.path, e))?;
+            at += n as u64;
+        }
+        self.flushed += self.tail.len();
+        self.tail.clear();
+        Ok(())
+    }
+
+    /// Flushes the tail and fsyncs the file: after this, recovery may trust it.
+    pub fn sync(&mut self) -> Result<()> {
+        self.flush()?;
+        if let Some(file) = &self.file {
+            file.sync_data()
+                .map_err(|e| LogError::io("fsync index", &self.path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the index and turns it into a sealed one: no more entries, no open file.
+    pub fn seal(&mut self) -> Result<()> {
+        self.sync()?;
+        self.file = None;
+        self.tail = Vec::new();
+        Ok(())
     }
 
     /// The last entry whose key is at most `key`.
     pub fn floor(&self, key: i64) -> Result<Option<E>> {
-        if let Some(memory) = &self.memory {
-            let idx = memory.partition_point(|e| e.key() <= key);
-            return Ok(idx.checked_sub(1).map(|i| memory[i]));
+        if self.tail.first().is_some_and(|e| e.key() <= key) {
+            let idx = self.tail.partition_point(|e| e.key() <= key);
+            return Ok(Some(self.tail[idx - 1]));
         }
-        if self.len == 0 {
+        if self.flushed == 0 {
             return Ok(None);
         }
-        let file = File::open(&self.path).map_err(|e| LogError::io("open index", &self.path, e))?;
+        let opened;
+        let file = match &self.file {
+            Some(file) => file,
+            None => {
+                opened = File::open(&self.path)
+                    .map_err(|e| LogError::io("open index", &self.path, e))?;
+                &opened
+            }
+        };
         let mut buf = [0u8; 16];
         let buf = &mut buf[..E::BYTES];
-        let (mut lo, mut hi) = (0usize, self.len);
-        // Invariant: entries [0, lo) have key <= `key`; entries [hi, len) have key > `key`.
+        let (mut lo, mut hi) = (0usize, self.flushed);
+        // Invariant: entries [0, lo) have key <= `key`; entries [hi, flushed) have key > `key`.
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             file.read_exact_at(buf, (mid * E::BYTES) as u64)
@@ -178,35 +242,6 @@ impl<E: Entry> SparseIndex<E> {
         file.read_exact_at(buf, ((lo - 1) * E::BYTES) as u64)
             .map_err(|e| LogError::io("read index", &self.path, e))?;
         Ok(Some(E::decode(buf)))
-    }
-
-    /// Writes the in-memory entries to the index file and fsyncs it. Used when a segment is
-    /// sealed and at clean shutdown. The file is rewritten whole: it is derived data, and a torn
-    /// write is caught by [`read_entries`]'s checks at the next unclean open.
-    pub fn write_out(&self) -> Result<()> {
-        let Some(memory) = &self.memory else {
-            return Ok(());
-        };
-        let mut bytes = vec![0u8; memory.len() * E::BYTES];
-        for (chunk, entry) in bytes.chunks_exact_mut(E::BYTES).zip(memory) {
-            entry.encode(chunk);
-        }
-        let mut file =
-            File::create(&self.path).map_err(|e| LogError::io("create index", &self.path, e))?;
-        file.write_all(&bytes)
-            .and_then(|()| file.sync_data())
-            .map_err(|e| LogError::io("write index", &self.path, e))
-    }
-
-    /// Turns an active index into a sealed one (after [`SparseIndex::write_out`]).
-    pub fn seal(&mut self) {
-        self.memory = None;
-    }
-
-    /// The in-memory entries of an active index.
-    #[cfg(test)]
-    pub fn entries(&self) -> &[E] {
-        self.memory.as_deref().unwrap_or(&[])
     }
 }
 
@@ -228,37 +263,66 @@ mod tests {
     use super::*;
 
     #[test]
-    fn floor_agrees_in_memory_and_on_disk() {
+    fn floor_agrees_across_tail_file_and_sealed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.index");
-        let mut idx = SparseIndex::<OffsetEntry>::new_active(path.clone(), 100);
-        for i in 0..50u32 {
+        let mut idx = SparseIndex::<OffsetEntry>::create(path.clone()).unwrap();
+        // More than one tail's worth, so some entries are in the file and some in memory.
+        let n = (TAIL_ENTRIES * 2 + 17) as u32;
+        for i in 0..n {
             idx.push(OffsetEntry {
                 relative_offset: i * 10,
                 position: i * 1000,
             });
         }
-        idx.write_out().unwrap();
-        let sealed = SparseIndex::<OffsetEntry>::sealed(path.clone(), 50, idx.last());
-        for key in [-1i64, 0, 5, 10, 11, 255, 489, 490, 10_000] {
-            assert_eq!(idx.floor(key).unwrap(), sealed.floor(key).unwrap(), "key {key}");
+        assert_eq!(idx.len(), n as usize);
+        let keys = [-1i64, 0, 5, 10, 11, 2555, 2560, 5125, 5129, 5130, 1_000_000];
+        let active: Vec<_> = keys.iter().map(|&k| idx.floor(k).unwrap()).collect();
+        idx.seal().unwrap();
+        let sealed = SparseIndex::<OffsetEntry>::sealed(path.clone(), n as usize, idx.last());
+        for (k, want) in keys.iter().zip(&active) {
+            assert_eq!(sealed.floor(*k).unwrap(), *want, "key {k}");
+            let expect = (*k >= 0).then(|| {
+                let i = ((*k / 10) as u32).min(n - 1);
+                OffsetEntry {
+                    relative_offset: i * 10,
+                    position: i * 1000,
+                }
+            });
+            assert_eq!(*want, expect, "key {k}");
         }
-        assert_eq!(idx.floor(-1).unwrap(), None);
-        assert_eq!(idx.floor(25).unwrap().unwrap().relative_offset, 20);
         let back = read_entries::<OffsetEntry>(&path).unwrap().unwrap();
-        assert_eq!(back.as_slice(), idx.entries());
+        assert_eq!(back.len(), n as usize);
+        assert_eq!(back[300].relative_offset, 3000);
     }
 
     #[test]
-    fn push_past_capacity_drops_instead_of_allocating() {
-        let mut idx = SparseIndex::<TimeEntry>::new_active(PathBuf::from("x"), 2);
-        for i in 0..5 {
+    fn resume_cuts_a_torn_entry_and_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.timeindex");
+        let mut idx = SparseIndex::<TimeEntry>::create(path.clone()).unwrap();
+        for i in 0..3 {
             idx.push(TimeEntry {
                 timestamp: i,
                 relative_offset: i as u32,
             });
         }
-        assert_eq!(idx.len(), 2);
-        assert_eq!(idx.entries().len(), 2);
+        idx.sync().unwrap();
+        drop(idx);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(&[1, 2, 3]);
+        std::fs::write(&path, &bytes).unwrap();
+        let entries = read_entries::<TimeEntry>(&path).unwrap().unwrap();
+        assert_eq!(entries.len(), 3);
+        let mut idx = SparseIndex::resume(path.clone(), 3, entries.last().copied()).unwrap();
+        idx.push(TimeEntry {
+            timestamp: 9,
+            relative_offset: 9,
+        });
+        idx.sync().unwrap();
+        let entries = read_entries::<TimeEntry>(&path).unwrap().unwrap();
+        assert_eq!(entries.len(), 4);
+        assert_eq!(entries[3].timestamp, 9);
+        assert_eq!(idx.floor(8).unwrap().unwrap().timestamp, 2);
     }
 }

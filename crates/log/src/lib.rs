@@ -24,13 +24,16 @@
 //! `.index` (offset → position), `.timeindex` (timestamp → offset) and, after a clean shutdown
 //! only, `clean-shutdown`.
 //!
-//! ## Memory per partition
-//! Bounded and independent of the data size, except for the active segment's in-memory index:
-//! 20 bytes per `index_interval_bytes` (default 4 KiB) of active segment data, i.e. at most
-//! ~0.5% of `segment_bytes` (5 MiB for a full 1 GiB segment; it starts at 5 KiB and grows by
-//! doubling). Sealed segments keep no index in memory. The append path allocates nothing: it
-//! writes the caller's bytes with one `pwritev`, the offset patched through a stack buffer.
-//! Reads allocate one buffer per call for the bytes returned.
+//! ## Memory and files per partition
+//! Fixed, whatever the data size: the segment list (about 200 bytes per segment), and the
+//! active segment's in-memory index tails, 256 entries each (2 KiB offset + 4 KiB time index,
+//! allocated once when the segment is created). Index entries beyond the tails live in the index
+//! files and are read with `pread` (the page cache keeps the hot ones). Open files: one per
+//! segment, plus the active segment's two index files.
+//!
+//! The append path allocates nothing: it validates in place, writes the caller's bytes with one
+//! `pwritev` (the patched base offset comes from a stack buffer), and index entries go into the
+//! fixed tails. Reads allocate one buffer per call, for the bytes returned.
 
 pub mod batch;
 mod clock;

@@ -446,8 +446,9 @@ impl PartitionLog {
             .file
             .sync_data()
             .map_err(|e| LogError::io("fdatasync segment", &active.path, e))?;
-        active.offset_index.write_out()?;
-        active.time_index.write_out()?;
+        let active = st.active_mut();
+        active.offset_index.sync()?;
+        active.time_index.sync()?;
         self.shared.publish(&mut st, point);
         let marker = self.shared.dir.join(CLEAN_SHUTDOWN_MARKER);
         fs::File::create(&marker)
@@ -521,16 +522,24 @@ impl PartitionLog {
     fn roll(&self, st: &mut State) -> Result<()> {
         // Order matters for recovery: the old segment is durable (data and indexes) before the
         // new file exists, and the new file's directory entry is durable before it takes data.
-        let config = st.config;
+        let durable = st.durable;
         let active = st.active_mut();
+        let unsynced = if durable.segment_base == active.base_offset {
+            active.size.saturating_sub(durable.position)
+        } else {
+            0
+        };
         active.seal()?;
+        let stats = self.shared.commit.stats();
+        stats.fdatasyncs.fetch_add(1, Ordering::Relaxed);
+        stats.bytes_synced.fetch_add(unsynced, Ordering::Relaxed);
         let next = active.next_offset;
         let point = DurablePoint {
             offset: next,
             segment_base: next,
             position: 0,
         };
-        let segment = Segment::create(&self.shared.dir, next, &config)?;
+        let segment = Segment::create(&self.shared.dir, next)?;
         recovery::sync_dir(&self.shared.dir)?;
         st.segments.push_back(segment);
         self.shared.publish(st, point);
@@ -545,11 +554,32 @@ impl PartitionShared {
         self.state.lock().expect("partition state poisoned")
     }
 
-    /// One group-commit round for this partition: fdatasync the active segment and publish how
-    /// far it got. Called by the sync threads.
-    pub(crate) fn sync_round(&self, stats: &CommitStats) {
-        // Clear first: an append that lands after the snapshot below queues another round.
-        self.queued.store(false, Ordering::Release);
+    /// Group-commit rounds for this partition, run by a sync thread (or inline when the
+    /// committer has shut down). The partition stays marked as queued until its round ends, so
+    /// two rounds of one partition never run at once: appends that land during an fdatasync
+    /// wait for the next round, which then covers all of them with one fdatasync.
+    pub(crate) fn sync_round(self: &Arc<Self>, stats: &CommitStats) {
+        loop {
+            self.sync_once(stats);
+            self.queued.store(false, Ordering::Release);
+            if !self.has_unsynced() || self.queued.swap(true, Ordering::AcqRel) {
+                // Nothing new, or an append already queued the next round.
+                return;
+            }
+            if self.commit.enqueue(Arc::clone(self)) {
+                return;
+            }
+            // The committer has shut down: run the next round here.
+        }
+    }
+
+    fn has_unsynced(&self) -> bool {
+        let st = self.lock();
+        !st.closed && self.failed.get().is_none() && st.active().next_offset > st.durable.offset
+    }
+
+    /// fdatasyncs the active segment and publishes how far it got.
+    fn sync_once(&self, stats: &CommitStats) {
         let (file, point) = {
             let st = self.lock();
             if st.closed || self.failed.get().is_some() {
@@ -575,15 +605,20 @@ impl PartitionShared {
             Ok(()) => {
                 let mut st = self.lock();
                 let before = st.durable;
-                self.publish(&mut st, point);
                 if point.segment_base == before.segment_base && point.position > before.position {
+                    // Counted before publishing, so a woken waiter sees the bytes counted.
                     stats
                         .bytes_synced
                         .fetch_add(point.position - before.position, Ordering::Relaxed);
                 }
+                self.publish(&mut st, point);
             }
             Err(e) => {
-                tracing::error!(partition = %self.dir.display(), error = %e, "fdatasync failed; partition refuses appends until reopened");
+                tracing::error!(
+                    partition = %self.dir.display(),
+                    error = %e,
+                    "fdatasync failed; partition refuses appends until reopened"
+                );
                 self.fail(e);
             }
         }

@@ -139,7 +139,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         segments.push(seg);
     }
     if segments.is_empty() {
-        segments.push(Segment::create(dir, 0, config)?);
+        segments.push(Segment::create(dir, 0)?);
     }
     // Everything now in the newest segment becomes readable, so make it durable first: the
     // process that wrote it may have died before its last fdatasync.
@@ -204,9 +204,8 @@ fn recover_segment(
     let start = offsets.last().map_or(0, |e| u64::from(e.position));
     let start_offset = base + offsets.last().map_or(0, |e| i64::from(e.relative_offset));
     let existing_entries = offsets.len();
-    let capacity = config.index_entries_max();
-    let offset_index = SparseIndex::active_from(index_path, offsets, capacity);
-    let time_index = SparseIndex::active_from(time_path, times, capacity);
+    let offset_index = SparseIndex::resume(index_path, offsets.len(), offsets.last().copied())?;
+    let time_index = SparseIndex::resume(time_path, times.len(), times.last().copied())?;
     let prior_max_ts = time_index.last().map_or(i64::MIN, |e| e.timestamp);
     let scan_file = file.try_clone().map_err(|e| LogError::io("dup segment", &path, e))?;
     let mut seg = Segment::from_recovered(

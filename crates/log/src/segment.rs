@@ -89,7 +89,7 @@ pub(crate) struct Scan {
 
 impl Segment {
     /// Creates a new, empty active segment file. The caller fsyncs the directory.
-    pub fn create(dir: &Path, base_offset: i64, config: &LogConfig) -> Result<Segment> {
+    pub fn create(dir: &Path, base_offset: i64) -> Result<Segment> {
         let path = dir.join(log_file_name(base_offset));
         let file = OpenOptions::new()
             .read(true)
@@ -97,26 +97,18 @@ impl Segment {
             .create_new(true)
             .open(&path)
             .map_err(|e| LogError::io("create segment", &path, e))?;
-        Ok(Segment::active(dir, base_offset, path, file, config))
-    }
-
-    fn active(dir: &Path, base_offset: i64, path: PathBuf, file: File, config: &LogConfig) -> Self {
-        let capacity = config.index_entries_max();
-        Segment {
+        Ok(Segment {
             base_offset,
             path,
             file: Arc::new(file),
             size: 0,
             next_offset: base_offset,
             max_timestamp: i64::MIN,
-            offset_index: SparseIndex::new_active(dir.join(index_file_name(base_offset)), capacity),
-            time_index: SparseIndex::new_active(
-                dir.join(time_index_file_name(base_offset)),
-                capacity,
-            ),
+            offset_index: SparseIndex::create(dir.join(index_file_name(base_offset)))?,
+            time_index: SparseIndex::create(dir.join(time_index_file_name(base_offset)))?,
             bytes_since_index: u64::MAX,
             first_append_ms: None,
-        }
+        })
     }
 
     /// Builds a segment from recovered state (see `recovery.rs`).
@@ -259,11 +251,8 @@ impl Segment {
         self.file
             .sync_data()
             .map_err(|e| LogError::io("fdatasync segment", &self.path, e))?;
-        self.offset_index.write_out()?;
-        self.time_index.write_out()?;
-        self.offset_index.seal();
-        self.time_index.seal();
-        Ok(())
+        self.offset_index.seal()?;
+        self.time_index.seal()
     }
 
     /// Position of the batch holding `offset` (which must be in `[base_offset, next_offset)`),
