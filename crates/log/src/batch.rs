@@ -64,7 +64,9 @@ pub fn peek(buf: &[u8]) -> Result<Peek, BatchError> {
     }
     let total = total as usize;
     if buf.len() < total {
-        return Ok(Peek::Incomplete { needed: Some(total) });
+        return Ok(Peek::Incomplete {
+            needed: Some(total),
+        });
     }
     Ok(Peek::Whole(total))
 }
@@ -187,7 +189,8 @@ impl<'a> BatchView<'a> {
     }
     /// Offset of the last record, given the batch's (possibly patched) base offset.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset().saturating_add(self.last_offset_delta() as i64)
+        self.base_offset()
+            .saturating_add(self.last_offset_delta() as i64)
     }
 
     /// The offset of the first record whose timestamp is at least `target`, if any.
@@ -219,7 +222,9 @@ impl<'a> BatchView<'a> {
     }
 
     fn field<const N: usize>(&self, at: usize) -> [u8; N] {
-        self.bytes[at..at + N].try_into().expect("header field within header")
+        self.bytes[at..at + N]
+            .try_into()
+            .expect("header field within header")
     }
 }
 

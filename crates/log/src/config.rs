@@ -8,7 +8,7 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 1 << 30;
 /// Seven days, Kafka's default `retention.ms` (and `segment.ms`).
 pub const SEVEN_DAYS_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 /// Largest allowed `segment_bytes`: index positions are `u32`, and a segment may exceed its limit
-/// by one batch (at most [`crate::batch::BATCH_BYTES_MAX`] = 1 GiB), so 1 GiB + 1 GiB < 4 GiB.
+/// by one append (at most [`crate::batch::BATCH_BYTES_MAX`] = 1 GiB), so 1 GiB + 1 GiB < 4 GiB.
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
 /// Smallest allowed `segment_bytes` (Kafka's own minimum is 14 bytes; ours keeps tests fast
 /// without letting a typo create millions of files).
@@ -61,12 +61,16 @@ impl LogConfig {
         if let Some(ms) = self.segment_ms
             && ms <= 0
         {
-            return Err(LogError::Config(format!("segment_ms {ms} must be positive")));
+            return Err(LogError::Config(format!(
+                "segment_ms {ms} must be positive"
+            )));
         }
         if let Some(ms) = self.retention_ms
             && ms < 0
         {
-            return Err(LogError::Config(format!("retention_ms {ms} must not be negative")));
+            return Err(LogError::Config(format!(
+                "retention_ms {ms} must not be negative"
+            )));
         }
         Ok(())
     }

@@ -8,7 +8,9 @@ use std::sync::Arc;
 /// Why a batch was refused. Nothing is written when any of these is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BatchError {
-    #[error("batch length field {declared} is impossible (must cover a 49-byte header and stay under 1 GiB)")]
+    #[error(
+        "batch length field {declared} is impossible (must cover a 49-byte header and stay under 1 GiB)"
+    )]
     BadLength { declared: i32 },
     #[error("batch is truncated: {available} bytes present, {needed:?} needed")]
     Truncated {
@@ -30,6 +32,8 @@ pub enum BatchError {
     },
     #[error("the bytes hold no batch")]
     Empty,
+    #[error("{bytes} bytes in one append; at most {max} are accepted")]
+    TooLarge { bytes: usize, max: usize },
 }
 
 /// Errors from the partition log.
@@ -66,7 +70,9 @@ pub enum LogError {
     /// A previous write or fdatasync failed. After a failed fdatasync the kernel may have dropped
     /// the dirty pages, so nothing written since the last successful sync can be trusted: the
     /// partition refuses further appends until it is reopened (which runs recovery).
-    #[error("partition log at {path} is failed after an earlier I/O error ({source}); reopen it to recover")]
+    #[error(
+        "partition log at {path} is failed after an earlier I/O error ({source}); reopen it to recover"
+    )]
     Failed {
         path: PathBuf,
         #[source]

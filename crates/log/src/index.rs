@@ -115,8 +115,15 @@ impl<E: Entry> SparseIndex<E> {
             .truncate(false)
             .open(&path)
             .map_err(|e| LogError::io("open index", &path, e))?;
-        file.set_len((valid * E::BYTES) as u64)
-            .map_err(|e| LogError::io("truncate index", &path, e))?;
+        let len = (valid * E::BYTES) as u64;
+        let current = file
+            .metadata()
+            .map_err(|e| LogError::io("stat index", &path, e))?
+            .len();
+        if current != len {
+            file.set_len(len)
+                .map_err(|e| LogError::io("truncate index", &path, e))?;
+        }
         Ok(SparseIndex {
             path,
             file: Some(file),
@@ -204,6 +211,16 @@ impl<E: Entry> SparseIndex<E> {
         Ok(())
     }
 
+    /// Turns an unchanged index into a sealed one without writing anything.
+    pub fn close(&mut self) {
+        debug_assert!(
+            self.tail.is_empty(),
+            "closing an index with unwritten entries"
+        );
+        self.file = None;
+        self.tail = Vec::new();
+    }
+
     /// The last entry whose key is at most `key`.
     pub fn floor(&self, key: i64) -> Result<Option<E>> {
         if self.tail.first().is_some_and(|e| e.key() <= key) {
@@ -253,9 +270,7 @@ pub(crate) fn read_entries<E: Entry>(path: &Path) -> Result<Option<Vec<E>>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(LogError::io("read index", path, e)),
     };
-    Ok(Some(
-        bytes.chunks_exact(E::BYTES).map(E::decode).collect(),
-    ))
+    Ok(Some(bytes.chunks_exact(E::BYTES).map(E::decode).collect()))
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::batch::{BatchView, HEADER_BYTES};
+use crate::batch::{BATCH_BYTES_MAX, BatchView, HEADER_BYTES};
 use crate::clock::Clock;
 use crate::commit::{CommitHandle, CommitStats, GroupCommitter};
 use crate::config::LogConfig;
@@ -51,7 +51,9 @@ struct State {
 
 impl State {
     fn active(&self) -> &Segment {
-        self.segments.back().expect("a log always has an active segment")
+        self.segments
+            .back()
+            .expect("a log always has an active segment")
     }
     fn active_mut(&mut self) -> &mut Segment {
         self.segments
@@ -222,8 +224,7 @@ impl PartitionLog {
             st.size_bytes += added;
             (base_offset, last_offset)
         };
-        if !shared.queued.swap(true, Ordering::AcqRel)
-            && !shared.commit.enqueue(Arc::clone(shared))
+        if !shared.queued.swap(true, Ordering::AcqRel) && !shared.commit.enqueue(Arc::clone(shared))
         {
             // The committer is gone (shutting down): sync inline so the caller is not stranded.
             shared.sync_round(shared.commit.stats());
@@ -308,7 +309,9 @@ impl PartitionLog {
             while pos + HEADER_BYTES as u64 <= limit {
                 segment.read_exact_at(&mut header, pos)?;
                 let len = match crate::batch::peek(&header) {
-                    Ok(crate::batch::Peek::Incomplete { needed: Some(total) }) => total as u64,
+                    Ok(crate::batch::Peek::Incomplete {
+                        needed: Some(total),
+                    }) => total as u64,
                     Ok(_) => HEADER_BYTES as u64,
                     Err(source) => {
                         return Err(LogError::Corrupt {
@@ -690,10 +693,20 @@ fn validate(data: &[u8]) -> Result<()> {
             source: BatchError::Empty,
         });
     }
+    if data.len() > BATCH_BYTES_MAX {
+        // Keeps segment positions within u32 (see `config::SEGMENT_BYTES_MAX`).
+        return Err(LogError::InvalidBatch {
+            position: 0,
+            source: BatchError::TooLarge {
+                bytes: data.len(),
+                max: BATCH_BYTES_MAX,
+            },
+        });
+    }
     let mut pos = 0;
     while pos < data.len() {
-        let view = BatchView::parse_checked(&data[pos..])
-            .map_err(|source| LogError::InvalidBatch {
+        let view =
+            BatchView::parse_checked(&data[pos..]).map_err(|source| LogError::InvalidBatch {
                 position: pos,
                 source,
             })?;

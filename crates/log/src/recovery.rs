@@ -65,7 +65,10 @@ pub enum RecoveryAction {
     /// A segment's indexes were rebuilt by scanning it.
     RebuiltIndexes { segment: PathBuf, reason: String },
     /// A sealed segment's indexes lacked entries for its tail; they were added.
-    ExtendedIndexes { segment: PathBuf, entries_added: usize },
+    ExtendedIndexes {
+        segment: PathBuf,
+        entries_added: usize,
+    },
     /// An empty segment that was not the newest was deleted.
     DeletedEmptySegment { segment: PathBuf },
     /// A leftover file (temporary file, index without a segment) was deleted.
@@ -117,7 +120,14 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let count = bases.len();
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == count;
-        let seg = recover_segment(dir, base, is_last, report.clean_shutdown, config, &mut report)?;
+        let seg = recover_segment(
+            dir,
+            base,
+            is_last,
+            report.clean_shutdown,
+            config,
+            &mut report,
+        )?;
         if seg.is_empty() && !is_last {
             report.actions.push(RecoveryAction::DeletedEmptySegment {
                 segment: seg.path.clone(),
@@ -204,10 +214,13 @@ fn recover_segment(
     let start = offsets.last().map_or(0, |e| u64::from(e.position));
     let start_offset = base + offsets.last().map_or(0, |e| i64::from(e.relative_offset));
     let existing_entries = offsets.len();
+    let existing_time_entries = times.len();
     let offset_index = SparseIndex::resume(index_path, offsets.len(), offsets.last().copied())?;
     let time_index = SparseIndex::resume(time_path, times.len(), times.last().copied())?;
     let prior_max_ts = time_index.last().map_or(i64::MIN, |e| e.timestamp);
-    let scan_file = file.try_clone().map_err(|e| LogError::io("dup segment", &path, e))?;
+    let scan_file = file
+        .try_clone()
+        .map_err(|e| LogError::io("dup segment", &path, e))?;
     let mut seg = Segment::from_recovered(
         base,
         path.clone(),
@@ -218,7 +231,8 @@ fn recover_segment(
         offset_index,
         time_index,
     );
-    let mut first = start > 0;
+    // With trusted entries, the scan starts at the batch the last entry points at.
+    let mut first = existing_entries > 0;
     let Scan {
         valid_end,
         next_offset,
@@ -289,8 +303,10 @@ fn recover_segment(
         });
     }
     if !is_last {
-        // Sealed: persist any rebuilt or extended index, then drop it from memory.
-        seg.seal()?;
+        // Sealed: the data was durable before; persist the indexes only if they changed.
+        let changed = seg.offset_index.len() != existing_entries
+            || seg.time_index.len() != existing_time_entries;
+        seg.seal_indexes(changed)?;
     }
     Ok(seg)
 }
@@ -305,13 +321,15 @@ fn check_indexes(
     times: &[TimeEntry],
 ) -> std::result::Result<(), String> {
     for pair in offsets.windows(2) {
-        if pair[1].relative_offset <= pair[0].relative_offset || pair[1].position <= pair[0].position
+        if pair[1].relative_offset <= pair[0].relative_offset
+            || pair[1].position <= pair[0].position
         {
             return Err("offset index entries are not increasing".to_owned());
         }
     }
     for pair in times.windows(2) {
-        if pair[1].timestamp < pair[0].timestamp || pair[1].relative_offset < pair[0].relative_offset
+        if pair[1].timestamp < pair[0].timestamp
+            || pair[1].relative_offset < pair[0].relative_offset
         {
             return Err("time index entries are not increasing".to_owned());
         }
@@ -332,7 +350,9 @@ fn check_indexes(
         if pos + header.len() as u64 > file_len
             || std::os::unix::fs::FileExt::read_exact_at(file, &mut header, pos).is_err()
         {
-            return Err(format!("index entry at byte {pos} is past the last whole batch"));
+            return Err(format!(
+                "index entry at byte {pos} is past the last whole batch"
+            ));
         }
         let found = i64::from_be_bytes(header[..8].try_into().expect("8 bytes"));
         if found != base + i64::from(last.relative_offset) {

@@ -245,6 +245,19 @@ impl Segment {
         self.max_timestamp = self.max_timestamp.max(max_timestamp);
     }
 
+    /// Marks a recovered, already durable segment as sealed; fsyncs its indexes first if
+    /// recovery changed them.
+    pub fn seal_indexes(&mut self, changed: bool) -> Result<()> {
+        if changed {
+            self.offset_index.seal()?;
+            self.time_index.seal()
+        } else {
+            self.offset_index.close();
+            self.time_index.close();
+            Ok(())
+        }
+    }
+
     /// Seals the segment: fdatasync the data, write and fsync both indexes. After this the segment
     /// is never written again.
     pub fn seal(&mut self) -> Result<()> {
@@ -269,7 +282,9 @@ impl Segment {
                 .read_exact_at(&mut header, pos)
                 .map_err(|e| LogError::io("read segment", &self.path, e))?;
             let total = match batch::peek(&header) {
-                Ok(Peek::Incomplete { needed: Some(total) }) => total as u64,
+                Ok(Peek::Incomplete {
+                    needed: Some(total),
+                }) => total as u64,
                 Ok(_) => HEADER_BYTES as u64,
                 Err(source) => {
                     return Err(LogError::Corrupt {
@@ -377,22 +392,23 @@ impl Segment {
 /// `max_bytes`), then more while they fit in `max_bytes`, never past `limit`. Every batch's
 /// CRC is checked before it is returned.
 pub(crate) fn read_batches(
-file: &File,
-path: &Path,
-pos: u64,
-limit: u64,
-max_bytes: usize,
+    file: &File,
+    path: &Path,
+    pos: u64,
+    limit: u64,
+    max_bytes: usize,
 ) -> Result<Bytes> {
     if pos >= limit {
         return Ok(Bytes::new());
     }
     let available = limit - pos;
     let mut header = [0u8; LOG_OVERHEAD_BYTES];
-    file
-        .read_exact_at(&mut header, pos)
+    file.read_exact_at(&mut header, pos)
         .map_err(|e| LogError::io("read segment", path, e))?;
     let first = match batch::peek(&header) {
-        Ok(Peek::Incomplete { needed: Some(total) }) => total as u64,
+        Ok(Peek::Incomplete {
+            needed: Some(total),
+        }) => total as u64,
         Ok(_) => unreachable!("a 12-byte header never holds a whole batch"),
         Err(source) => {
             return Err(LogError::Corrupt {
@@ -404,8 +420,7 @@ max_bytes: usize,
     };
     let want = (max_bytes as u64).max(first).min(available);
     let mut buf = BytesMut::zeroed(want as usize);
-    file
-        .read_exact_at(&mut buf, pos)
+    file.read_exact_at(&mut buf, pos)
         .map_err(|e| LogError::io("read segment", path, e))?;
     // Keep whole, valid batches only.
     let mut keep = 0usize;

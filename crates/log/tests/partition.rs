@@ -31,7 +31,11 @@ fn appended_batches_read_back_byte_for_byte_with_assigned_offsets() {
     assert_eq!(log.high_watermark(), next);
     assert_eq!(log.log_end_offset(), next);
     for max_bytes in [1, 100, 1000, 1 << 20] {
-        assert_eq!(read_all(&log, 0, max_bytes), expected, "max_bytes {max_bytes}");
+        assert_eq!(
+            read_all(&log, 0, max_bytes),
+            expected,
+            "max_bytes {max_bytes}"
+        );
     }
 }
 
@@ -57,7 +61,10 @@ fn read_semantics_match_kafka() {
     let log = open(dir.path(), LogConfig::default(), &c, &ManualClock::new(T0));
     let big = make_batch(1, 10, 500, T0); // ~5 KB
     log.append(&big).unwrap().wait_durable().unwrap();
-    log.append(&make_batch(2, 2, 10, T0)).unwrap().wait_durable().unwrap();
+    log.append(&make_batch(2, 2, 10, T0))
+        .unwrap()
+        .wait_durable()
+        .unwrap();
     // At least one whole batch, even when it is larger than max_bytes.
     let r = log.read(0, 10).unwrap();
     assert_eq!(r.records.len(), big.len());
@@ -89,7 +96,10 @@ fn invalid_batches_are_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let c = committer();
     let log = open(dir.path(), LogConfig::default(), &c, &ManualClock::new(T0));
-    log.append(&make_batch(1, 2, 10, T0)).unwrap().wait_durable().unwrap();
+    log.append(&make_batch(1, 2, 10, T0))
+        .unwrap()
+        .wait_durable()
+        .unwrap();
     let size = log.size_bytes();
     let good = make_batch(2, 2, 10, T0);
     let mut bad_crc = good.clone();
@@ -109,7 +119,10 @@ fn invalid_batches_are_refused_and_nothing_is_written() {
         ("empty", Vec::new()),
     ] {
         let err = log.append(&data).unwrap_err();
-        assert!(matches!(err, LogError::InvalidBatch { .. }), "{name}: {err}");
+        assert!(
+            matches!(err, LogError::InvalidBatch { .. }),
+            "{name}: {err}"
+        );
         assert_eq!(log.size_bytes(), size, "{name}");
         assert_eq!(log.log_end_offset(), 2, "{name}");
     }
@@ -170,7 +183,11 @@ fn segments_roll_by_size_and_reads_cross_them() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "log") {
             let len = std::fs::metadata(&path).unwrap().len();
-            assert!(len <= config.segment_bytes, "{} is {len} bytes", path.display());
+            assert!(
+                len <= config.segment_bytes,
+                "{} is {len} bytes",
+                path.display()
+            );
         }
     }
     assert_eq!(read_all(&log, 0, 1 << 20), expected);
@@ -179,7 +196,10 @@ fn segments_roll_by_size_and_reads_cross_them() {
     for offset in 0..next {
         let r = log.read(offset, 1).unwrap();
         let (base, _) = split_batches(&r.records)[0].clone();
-        assert!(base <= offset && offset < base + 4, "offset {offset} got batch {base}");
+        assert!(
+            base <= offset && offset < base + 4,
+            "offset {offset} got batch {base}"
+        );
     }
     // Reopen without closing (unclean) and with closing (clean): same data.
     drop(log);
@@ -189,7 +209,11 @@ fn segments_roll_by_size_and_reads_cross_them() {
     log.close().unwrap();
     let log = open(dir.path(), config, &c, &clock);
     assert!(log.recovery_report().clean_shutdown);
-    assert!(log.recovery_report().actions.is_empty(), "{:?}", log.recovery_report());
+    assert!(
+        log.recovery_report().actions.is_empty(),
+        "{:?}",
+        log.recovery_report()
+    );
     assert_eq!(read_all(&log, 0, 1 << 20), expected);
     let a = log.append(&make_batch(999, 1, 10, T0)).unwrap();
     assert_eq!(a.base_offset, next);
@@ -210,7 +234,10 @@ fn segments_roll_by_age() {
     log.append(&make_batch(2, 1, 10, T0)).unwrap();
     assert_eq!(log.segment_count(), 1);
     clock.advance(1);
-    log.append(&make_batch(3, 1, 10, T0)).unwrap().wait_durable().unwrap();
+    log.append(&make_batch(3, 1, 10, T0))
+        .unwrap()
+        .wait_durable()
+        .unwrap();
     assert_eq!(log.segment_count(), 2);
     clock.advance(60_000);
     log.roll_if_aged().unwrap();
@@ -238,7 +265,10 @@ fn retention_by_time_deletes_old_sealed_segments() {
     }
     let first_new = log.log_end_offset();
     for i in 0..40u32 {
-        log.append(&make_batch(i, 4, 200, T0)).unwrap().wait_durable().unwrap();
+        log.append(&make_batch(i, 4, 200, T0))
+            .unwrap()
+            .wait_durable()
+            .unwrap();
     }
     let before = log.segment_count();
     let out = log.apply_retention().unwrap();
@@ -246,7 +276,10 @@ fn retention_by_time_deletes_old_sealed_segments() {
     assert_eq!(log.segment_count(), before - out.deleted_segments);
     let start = log.log_start_offset();
     assert_eq!(out.log_start_offset, start);
-    assert!(start > 0 && start <= first_new, "start {start}, first new {first_new}");
+    assert!(
+        start > 0 && start <= first_new,
+        "start {start}, first new {first_new}"
+    );
     assert!(matches!(
         log.read(0, 100),
         Err(LogError::OffsetOutOfRange { .. })
@@ -274,7 +307,10 @@ fn retention_by_bytes_keeps_at_least_the_limit() {
     };
     let log = open(dir.path(), config, &c, &clock);
     for i in 0..200u32 {
-        log.append(&make_batch(i, 4, 200, T0)).unwrap().wait_durable().unwrap();
+        log.append(&make_batch(i, 4, 200, T0))
+            .unwrap()
+            .wait_durable()
+            .unwrap();
     }
     let out = log.apply_retention().unwrap();
     assert!(out.deleted_segments > 0);
@@ -321,7 +357,10 @@ fn delete_removes_the_directory_and_fails_later_calls() {
     let path = dir.path().join("topic-0");
     let c = committer();
     let log = open(&path, LogConfig::default(), &c, &ManualClock::new(T0));
-    log.append(&make_batch(1, 1, 10, T0)).unwrap().wait_durable().unwrap();
+    log.append(&make_batch(1, 1, 10, T0))
+        .unwrap()
+        .wait_durable()
+        .unwrap();
     log.delete().unwrap();
     assert!(!path.exists());
     assert!(matches!(

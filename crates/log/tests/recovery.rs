@@ -61,18 +61,15 @@ fn append_bytes(path: &Path, bytes: &[u8]) {
 }
 
 fn truncated_tail(log: &PartitionLog) -> Option<(u64, u64, String)> {
-    log.recovery_report()
-        .actions
-        .iter()
-        .find_map(|a| match a {
-            RecoveryAction::TruncatedTail {
-                at,
-                dropped_bytes,
-                reason,
-                ..
-            } => Some((*at, *dropped_bytes, reason.clone())),
-            _ => None,
-        })
+    log.recovery_report().actions.iter().find_map(|a| match a {
+        RecoveryAction::TruncatedTail {
+            at,
+            dropped_bytes,
+            reason,
+            ..
+        } => Some((*at, *dropped_bytes, reason.clone())),
+        _ => None,
+    })
 }
 
 fn assert_reads(log: &PartitionLog, expected: &[(i64, Vec<u8>)]) {
@@ -125,7 +122,10 @@ fn torn_header_is_truncated() {
         append_bytes(&seg, &[0, 0, 0, 0, 0, 0, 0, 10, 0, 0]); // 10 bytes: no whole length field
         let log = reopen(dir.path(), LogConfig::default());
         let (at, dropped, reason) = truncated_tail(&log).expect("truncated");
-        assert_eq!((at, dropped, reason.as_str()), (len, 10, "torn batch header"));
+        assert_eq!(
+            (at, dropped, reason.as_str()),
+            (len, 10, "torn batch header")
+        );
         assert_eq!(fs::metadata(&seg).unwrap().len(), len);
         assert_reads(&log, &written);
     }
@@ -162,7 +162,10 @@ fn bad_crc_mid_segment_truncates_there_and_drops_what_follows() {
     let (at, dropped, reason) = truncated_tail(&log).expect("truncated");
     assert_eq!(at, 4 * batch_len);
     assert_eq!(dropped, 6 * batch_len);
-    assert!(reason.starts_with("corrupt batch: batch CRC-32C mismatch"), "{reason}");
+    assert!(
+        reason.starts_with("corrupt batch: batch CRC-32C mismatch"),
+        "{reason}"
+    );
     assert_reads(&log, &written[..4]);
 }
 
@@ -200,7 +203,10 @@ fn zero_filled_tail_is_truncated() {
         append_bytes(&seg, &[0u8; 8192]);
         let log = reopen(dir.path(), LogConfig::default());
         let (at, dropped, reason) = truncated_tail(&log).expect("truncated");
-        assert_eq!((at, dropped, reason.as_str()), (len, 8192, "zero-filled tail"));
+        assert_eq!(
+            (at, dropped, reason.as_str()),
+            (len, 8192, "zero-filled tail")
+        );
         assert_reads(&log, &written);
     }
 }
@@ -238,7 +244,10 @@ fn missing_index_is_rebuilt() {
         .filter(|a| matches!(a, RecoveryAction::RebuiltIndexes { reason, .. } if reason == "index file missing"))
         .collect();
     assert_eq!(rebuilt.len(), 2, "{:?}", log.recovery_report());
-    assert!(indexes[1].exists(), "rebuilt index is written back for a sealed segment");
+    assert!(
+        indexes[1].exists(),
+        "rebuilt index is written back for a sealed segment"
+    );
     assert_reads(&log, &written);
     for offset in (0..180).step_by(7) {
         assert!(!log.read(offset, 1).unwrap().records.is_empty());
@@ -314,7 +323,11 @@ fn index_behind_the_log_is_extended() {
         .expect("extended");
     assert_eq!(added, bytes.len() / 8 - 2);
     assert_eq!(fs::read(&index).unwrap(), bytes, "the index is whole again");
-    assert_eq!(fs::read(&time_index).unwrap(), time_bytes, "so is the time index");
+    assert_eq!(
+        fs::read(&time_index).unwrap(),
+        time_bytes,
+        "so is the time index"
+    );
     assert_reads(&log, &written);
 }
 
@@ -328,7 +341,13 @@ fn empty_last_segment_is_kept_and_empty_middle_segment_is_deleted() {
     fs::File::create(&empty_last).unwrap();
     // And a stray empty segment between two others.
     let segs = segment_files(dir.path(), "log");
-    let first_base: i64 = segs[1].file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    let first_base: i64 = segs[1]
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let stray = dir.path().join(format!("{:020}.log", first_base - 1));
     fs::File::create(&stray).unwrap();
     let log = reopen(dir.path(), small_config());
@@ -423,4 +442,43 @@ fn corruption_found_by_a_read_is_an_error_not_data() {
         }
     }
     assert!(saw_error);
+}
+
+#[test]
+fn reopening_a_single_entry_index_repeatedly_needs_no_repair() {
+    // Regression: a tail scan from an index entry at position 0 indexed that batch twice, and
+    // the next open rebuilt the index as "not increasing".
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_log(dir.path(), LogConfig::default(), 1, true);
+    for _ in 0..3 {
+        let log = reopen(dir.path(), LogConfig::default());
+        assert!(
+            log.recovery_report().actions.is_empty(),
+            "{:?}",
+            log.recovery_report()
+        );
+        assert_eq!(read_all(&log, 0, 1 << 20), written);
+        log.close().unwrap();
+        assert_eq!(
+            fs::metadata(dir.path().join("00000000000000000000.index"))
+                .unwrap()
+                .len(),
+            8
+        );
+    }
+}
+
+#[test]
+fn clean_open_does_not_rewrite_sealed_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    write_log(dir.path(), small_config(), 150, true);
+    let first_index = segment_files(dir.path(), "index")[0].clone();
+    let before = fs::metadata(&first_index).unwrap().modified().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let log = reopen(dir.path(), small_config());
+    assert!(log.recovery_report().actions.is_empty());
+    assert_eq!(
+        fs::metadata(&first_index).unwrap().modified().unwrap(),
+        before
+    );
 }

@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use sluice_log::batch::BatchView;
 use sluice_log::batch::build::{Record, batch};
-use sluice_log::{
-    CommitConfig, FlushPolicy, GroupCommitter, LogConfig, ManualClock, PartitionLog,
-};
+use sluice_log::{CommitConfig, FlushPolicy, GroupCommitter, LogConfig, ManualClock, PartitionLog};
 
 /// A batch of `count` records of `value_len` bytes each, timestamps `ts, ts+1, ...`.
 /// Values encode `tag` so batches can be told apart.
@@ -51,7 +49,12 @@ pub fn small_config() -> LogConfig {
     }
 }
 
-pub fn open(dir: &Path, config: LogConfig, c: &GroupCommitter, clock: &ManualClock) -> PartitionLog {
+pub fn open(
+    dir: &Path,
+    config: LogConfig,
+    c: &GroupCommitter,
+    clock: &ManualClock,
+) -> PartitionLog {
     PartitionLog::open(dir, config, c, Arc::new(clock.clone())).expect("open log")
 }
 
