@@ -186,8 +186,8 @@ impl AllocCounts {
 // Settings
 // ---------------------------------------------------------------------------------------------
 
-/// Most appends in flight (appended, durability not yet observed) per partition, like a
-/// producer's limit on unacknowledged requests per connection.
+/// Default for the most appends in flight (appended, durability not yet observed) per
+/// partition, like a producer's limit on unacknowledged requests (`--in-flight-appends`).
 const MAX_IN_FLIGHT_APPENDS: usize = 64;
 /// Most batch bytes in flight per partition, like a producer's bounded send buffer: 1 MiB
 /// batches get 8 in flight, 16 KiB batches are held to [`MAX_IN_FLIGHT_APPENDS`].
@@ -220,6 +220,8 @@ usage: append [FLAGS]
   --partitions LIST       partition counts                                  (default 1,64)
   --sync-threads N        GroupCommitter sync threads                       (default 4)
   --appenders N           appender threads per case, capped at partitions   (default 1)
+  --in-flight-appends N   most appends in flight per partition (the byte
+                          limit, 8 MiB per partition, applies too)          (default 64)
   --alloc-appends N       appends in each allocation measurement, capped so
                           the window stays inside one segment               (default 10000)
   --json PATH             also write results to PATH as JSON lines
@@ -236,6 +238,7 @@ struct Options {
     partitions: Vec<usize>,
     sync_threads: usize,
     appenders: usize,
+    in_flight_appends: usize,
     alloc_appends: usize,
     json: Option<PathBuf>,
 }
@@ -262,6 +265,7 @@ impl Options {
             partitions: vec![1, 64],
             sync_threads: 4,
             appenders: 1,
+            in_flight_appends: MAX_IN_FLIGHT_APPENDS,
             alloc_appends: 10_000,
             json: None,
         };
@@ -295,6 +299,9 @@ impl Options {
                 "--partitions" => opts.partitions = parse_list(&flag, &value()?)?,
                 "--sync-threads" => opts.sync_threads = parse_size(&flag, &value()?)?,
                 "--appenders" => opts.appenders = parse_size(&flag, &value()?)?,
+                "--in-flight-appends" => {
+                    opts.in_flight_appends = parse_size(&flag, &value()?)?.max(1)
+                }
                 "--alloc-appends" => opts.alloc_appends = parse_size(&flag, &value()?)?,
                 "--json" => opts.json = Some(PathBuf::from(value()?)),
                 other => return Err(format!("unknown flag {other:?} (try --help)")),
@@ -487,8 +494,8 @@ fn build_batch(record_bytes: usize, batch_bytes: usize) -> Batch {
 }
 
 /// Appends in flight per partition for batches of `batch_len` bytes.
-fn window_for(batch_len: usize) -> usize {
-    (MAX_IN_FLIGHT_BYTES / batch_len.max(1)).clamp(1, MAX_IN_FLIGHT_APPENDS)
+fn window_for(batch_len: usize, max_appends: usize) -> usize {
+    (MAX_IN_FLIGHT_BYTES / batch_len.max(1)).clamp(1, max_appends)
 }
 
 /// One outstanding append.
@@ -764,7 +771,7 @@ fn sleep_until(t: Instant) {
 
 fn run_case(opts: &Options, case: Case) -> Result<CaseResult, String> {
     let batch = build_batch(case.record_bytes, case.batch_bytes);
-    let limit = window_for(batch.bytes.len());
+    let limit = window_for(batch.bytes.len(), opts.in_flight_appends);
     let appenders = opts.appenders.min(case.partitions).max(1);
 
     sync_all();
