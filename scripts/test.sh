@@ -27,4 +27,11 @@ if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 echo "==> cargo test"
-cargo test --workspace --locked
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+# One overall line (cargo prints one per test binary, the last being doc-tests).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+exit "$status"

@@ -12,6 +12,30 @@
 //! (*acknowledged*). In the fetch path, [`PartitionLog::read`] returns whole, CRC-checked
 //! batches from the segment files, ready to put in a response.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_log::batch::build::{Record, batch};
+//! use sluice_log::{CommitConfig, GroupCommitter, LogConfig, PartitionLog, SystemClock};
+//!
+//! # fn main() -> Result<(), sluice_log::LogError> {
+//! # let dir = std::env::temp_dir().join(format!("sluice-doc-{}", std::process::id()));
+//! let committer = GroupCommitter::start(CommitConfig::default());
+//! let log = PartitionLog::open(&dir, LogConfig::default(), &committer, Arc::new(SystemClock))?;
+//!
+//! // A producer's RecordBatch; the broker passes the bytes through untouched.
+//! let bytes = batch(1_700_000_000_000, &[Record { timestamp_delta: 0, key: None, value: Some(b"hello") }]);
+//! let appended = log.append(&bytes)?; // appended: offsets assigned, not yet durable
+//! let durable = appended.wait_durable()?; // durable: an fdatasync covered it
+//! assert_eq!(log.high_watermark(), durable.last_offset + 1);
+//!
+//! let read = log.read(durable.base_offset, 1 << 20)?;
+//! assert_eq!(&read.records[8..], &bytes[8..]); // same bytes, base offset assigned by the log
+//! log.close()?;
+//! # log.delete()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Modules:
 //! - [`batch`]: RecordBatch v2 header view, validation, a small batch builder for tests.
 //! - `segment`: one segment file and its sparse indexes; append, seal, read, scan.
