@@ -308,19 +308,7 @@ impl PartitionLog {
             let mut header = [0u8; HEADER_BYTES];
             while pos + HEADER_BYTES as u64 <= limit {
                 segment.read_exact_at(&mut header, pos)?;
-                let len = match crate::batch::peek(&header) {
-                    Ok(crate::batch::Peek::Incomplete {
-                        needed: Some(total),
-                    }) => total as u64,
-                    Ok(_) => HEADER_BYTES as u64,
-                    Err(source) => {
-                        return Err(LogError::Corrupt {
-                            path: segment.path.clone(),
-                            position: pos,
-                            source,
-                        });
-                    }
-                };
+                let len = crate::segment::batch_len_at(&header, &segment.path, pos)?;
                 let max_ts = i64::from_be_bytes(header[35..43].try_into().expect("8"));
                 if max_ts >= timestamp {
                     let bytes = segment.read_batches(pos, limit, 0)?;

@@ -281,19 +281,7 @@ impl Segment {
             self.file
                 .read_exact_at(&mut header, pos)
                 .map_err(|e| LogError::io("read segment", &self.path, e))?;
-            let total = match batch::peek(&header) {
-                Ok(Peek::Incomplete {
-                    needed: Some(total),
-                }) => total as u64,
-                Ok(_) => HEADER_BYTES as u64,
-                Err(source) => {
-                    return Err(LogError::Corrupt {
-                        path: self.path.clone(),
-                        position: pos,
-                        source,
-                    });
-                }
-            };
+            let total = batch_len_at(&header, &self.path, pos)?;
             let base = i64::from_be_bytes(header[..8].try_into().expect("8 bytes"));
             let delta = i32::from_be_bytes(header[23..27].try_into().expect("4 bytes"));
             if base.saturating_add(i64::from(delta)) >= offset {
@@ -405,19 +393,7 @@ pub(crate) fn read_batches(
     let mut header = [0u8; LOG_OVERHEAD_BYTES];
     file.read_exact_at(&mut header, pos)
         .map_err(|e| LogError::io("read segment", path, e))?;
-    let first = match batch::peek(&header) {
-        Ok(Peek::Incomplete {
-            needed: Some(total),
-        }) => total as u64,
-        Ok(_) => unreachable!("a 12-byte header never holds a whole batch"),
-        Err(source) => {
-            return Err(LogError::Corrupt {
-                path: path.to_path_buf(),
-                position: pos,
-                source,
-            });
-        }
-    };
+    let first = batch_len_at(&header, path, pos)?;
     let want = (max_bytes as u64).max(first).min(available);
     let mut buf = BytesMut::zeroed(want as usize);
     file.read_exact_at(&mut buf, pos)
@@ -439,6 +415,30 @@ pub(crate) fn read_batches(
     }
     buf.truncate(keep);
     Ok(buf.freeze())
+}
+
+/// Size of the batch whose first bytes (at least the 12-byte length prefix, at most one header)
+/// are `header`, read at `pos` of `path`; an impossible length is corruption.
+pub(crate) fn batch_len_at(header: &[u8], path: &Path, pos: u64) -> Result<u64> {
+    match batch::peek(header) {
+        Ok(Peek::Incomplete {
+            needed: Some(total),
+        }) => Ok(total as u64),
+        Ok(Peek::Whole(total)) => Ok(total as u64),
+        Ok(Peek::Incomplete { needed: None }) => Err(LogError::Corrupt {
+            path: path.to_path_buf(),
+            position: pos,
+            source: BatchError::Truncated {
+                available: header.len(),
+                needed: None,
+            },
+        }),
+        Err(source) => Err(LogError::Corrupt {
+            path: path.to_path_buf(),
+            position: pos,
+            source,
+        }),
+    }
 }
 
 /// True when every byte of `file` in `[from, to)` is zero.
