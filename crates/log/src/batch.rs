@@ -193,17 +193,17 @@ impl<'a> BatchView<'a> {
             .saturating_add(self.last_offset_delta() as i64)
     }
 
-    /// The offset of the first record whose timestamp is at least `target`, if any.
+    /// `(offset, timestamp)` of the first record whose timestamp is at least `target`, if any.
     ///
     /// Walks the records of an uncompressed batch. A compressed batch cannot be walked without
-    /// decompressing (the log never does), so its base offset is returned when its max timestamp
-    /// qualifies: the caller then starts at most one batch early.
-    pub fn first_offset_with_timestamp_at_least(&self, target: i64) -> Option<i64> {
+    /// decompressing (the log never does), so its base offset and max timestamp are returned when
+    /// its max timestamp qualifies: the caller then starts at most one batch early.
+    pub fn first_offset_with_timestamp_at_least(&self, target: i64) -> Option<(i64, i64)> {
         if self.max_timestamp() < target {
             return None;
         }
         if self.is_log_append_time() || self.compression() != 0 {
-            return Some(self.base_offset());
+            return Some((self.base_offset(), self.max_timestamp()));
         }
         let mut records = &self.bytes[HEADER_BYTES..];
         for _ in 0..self.record_count() {
@@ -212,13 +212,14 @@ impl<'a> BatchView<'a> {
             // attributes (1 byte), timestamp delta (varlong), offset delta (varint), ...
             let (ts_delta, m) = read_varint(body.get(1..)?)?;
             let (offset_delta, _) = read_varint(body.get(1 + m..)?)?;
-            if self.base_timestamp().saturating_add(ts_delta) >= target {
-                return Some(self.base_offset().saturating_add(offset_delta));
+            let timestamp = self.base_timestamp().saturating_add(ts_delta);
+            if timestamp >= target {
+                return Some((self.base_offset().saturating_add(offset_delta), timestamp));
             }
             records = &records[n + len as usize..];
         }
         // Max timestamp qualified but no record did: the header and records disagree.
-        Some(self.base_offset())
+        Some((self.base_offset(), self.max_timestamp()))
     }
 
     fn field<const N: usize>(&self, at: usize) -> [u8; N] {
@@ -359,10 +360,10 @@ mod tests {
         assert_eq!(v.record_count(), 3);
         assert_eq!(v.last_offset_delta(), 2);
         assert_eq!(v.max_timestamp(), 1_009);
-        assert_eq!(v.first_offset_with_timestamp_at_least(1_001), Some(1));
-        assert_eq!(v.first_offset_with_timestamp_at_least(1_009), Some(2));
+        assert_eq!(v.first_offset_with_timestamp_at_least(1_001), Some((1, 1_005)));
+        assert_eq!(v.first_offset_with_timestamp_at_least(1_009), Some((2, 1_009)));
         assert_eq!(v.first_offset_with_timestamp_at_least(1_010), None);
-        assert_eq!(v.first_offset_with_timestamp_at_least(0), Some(0));
+        assert_eq!(v.first_offset_with_timestamp_at_least(0), Some((0, 1_000)));
     }
 
     #[test]

@@ -285,10 +285,10 @@ impl PartitionLog {
         })
     }
 
-    /// The first offset whose record timestamp is at least `timestamp`, among durable data;
-    /// `None` if every record is older. (For compressed batches the answer is the batch's base
-    /// offset: the log does not decompress.)
-    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<i64>> {
+    /// `(offset, timestamp)` of the first record whose timestamp is at least `timestamp`, among
+    /// durable data; `None` if every record is older. (For a compressed batch the answer is the
+    /// batch's base offset and max timestamp: the log does not decompress.)
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
         let st = self.lock_open()?;
         for segment in &st.segments {
             if segment.is_empty() || segment.max_timestamp < timestamp {
@@ -328,6 +328,13 @@ impl PartitionLog {
     /// The first offset still in the log.
     pub fn log_start_offset(&self) -> i64 {
         self.lock().log_start()
+    }
+
+    /// A future that resolves the next time the high watermark moves (or the log fails or is
+    /// deleted). Create it, `enable()` it, check the high watermark, then await it, so no change
+    /// between the check and the await is missed. Used by long-polling fetches.
+    pub fn high_watermark_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.durable_changed.notified()
     }
 
     /// One past the last durable offset: the highest offset readers can reach.

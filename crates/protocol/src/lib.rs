@@ -1,0 +1,21 @@
+//! # sluice-protocol: the Kafka wire layer
+//!
+//! Turns bytes from a socket into typed requests and typed responses into bytes, with no I/O of
+//! its own. Message codecs come from the `kafka-protocol` crate; this crate adds what a broker
+//! needs around them:
+//!
+//! - [`frame`]: the cheap "is a whole frame here?" check on the 4-byte size prefix, which refuses
+//!   oversize frames before anything is allocated;
+//! - [`codec`]: request header + body decoding (record batches stay as `Bytes`, never copied or
+//!   re-encoded) and response encoding with the right header version;
+//! - [`versions`]: the API versions Sluice implements, the single source for ApiVersions.
+//!
+//! Where it sits: `server` reads frames with [`frame::check`], decodes them with
+//! [`codec::decode_request`], hands the typed request to `broker`, and encodes the answer with
+//! [`codec::encode_response`].
+
+pub mod codec;
+pub mod frame;
+pub mod versions;
+
+pub use kafka_protocol;

@@ -1,0 +1,45 @@
+//! The API versions Sluice implements: the single table behind the ApiVersions response and the
+//! request decoder's version check. An API is listed only once it is implemented and tested.
+//!
+//! Why some maxima are below what clients know: Produce v13 and Fetch v13+ address topics by id
+//! only; the versions below them carry names, which every client still supports.
+
+use kafka_protocol::messages::ApiKey;
+
+/// `(api, min version, max version)` for every implemented API.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+];
+
+/// The supported version range of `api`, if Sluice implements it.
+pub fn supported(api: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(key, _, _)| *key == api)
+        .map(|&(_, min, max)| (min, max))
+}
+
+/// Whether `version` of `api` is implemented.
+pub fn is_supported(api: ApiKey, version: i16) -> bool {
+    supported(api).is_some_and(|(min, max)| (min..=max).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_supported_range_is_within_what_the_codec_knows() {
+        for &(api, min, max) in SUPPORTED {
+            let known = api.valid_versions();
+            assert!(min <= max, "{api:?}");
+            assert!(known.min <= min && max <= known.max, "{api:?} {min}..={max} vs {known}");
+        }
+    }
+}
