@@ -20,6 +20,14 @@ if need rustup; then
   done
 fi
 
+# kcat (a librdkafka CLI) drives the broker in the black-box tests.
+if ! need kcat; then
+  echo "==> installing kcat"
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get install -y -qq kcat >/dev/null 2>&1 \
+    || { $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq kcat >/dev/null; }
+fi
+
 if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
   echo "==> cargo fmt --check"
   cargo fmt --all -- --check

@@ -360,8 +360,14 @@ mod tests {
         assert_eq!(v.record_count(), 3);
         assert_eq!(v.last_offset_delta(), 2);
         assert_eq!(v.max_timestamp(), 1_009);
-        assert_eq!(v.first_offset_with_timestamp_at_least(1_001), Some((1, 1_005)));
-        assert_eq!(v.first_offset_with_timestamp_at_least(1_009), Some((2, 1_009)));
+        assert_eq!(
+            v.first_offset_with_timestamp_at_least(1_001),
+            Some((1, 1_005))
+        );
+        assert_eq!(
+            v.first_offset_with_timestamp_at_least(1_009),
+            Some((2, 1_009))
+        );
         assert_eq!(v.first_offset_with_timestamp_at_least(1_010), None);
         assert_eq!(v.first_offset_with_timestamp_at_least(0), Some((0, 1_000)));
     }

@@ -71,7 +71,10 @@ mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{CommitConfig, CommitStatsSnapshot, GroupCommitter};
-pub use config::{FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEVEN_DAYS_MS};
+pub use config::{
+    FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    SEVEN_DAYS_MS,
+};
 pub use error::{BatchError, LogError, Result};
 pub use partition::{Appended, Durable, PartitionLog, ReadResult, RetentionOutcome};
 pub use recovery::{CLEAN_SHUTDOWN_MARKER, RecoveryAction, RecoveryReport};

@@ -455,12 +455,18 @@ impl PartitionLog {
         recovery::sync_dir(&self.shared.dir)
     }
 
-    /// Deletes the partition's data directory. Waiters on unsynced appends get an error.
-    pub fn delete(&self) -> Result<()> {
+    /// Marks the log deleted without touching its files (the caller removes them, e.g. a whole
+    /// topic directory at once). Later calls fail; waiters on unsynced appends get an error.
+    pub fn mark_deleted(&self) {
         let mut st = self.lock();
         st.closed = true;
         self.shared.deleted.store(true, Ordering::Release);
         self.shared.durable_changed.notify_waiters();
+    }
+
+    /// Deletes the partition's data directory. Waiters on unsynced appends get an error.
+    pub fn delete(&self) -> Result<()> {
+        self.mark_deleted();
         let dir = &self.shared.dir;
         match fs::remove_dir_all(dir) {
             Ok(()) => {}

@@ -335,20 +335,39 @@ fn offset_for_timestamp_finds_the_first_record_at_or_after() {
             .unwrap();
     }
     assert!(log.segment_count() > 2);
-    assert_eq!(log.offset_for_timestamp(0).unwrap().map(|(o, _)| o), Some(0));
-    assert_eq!(log.offset_for_timestamp(T0).unwrap().map(|(o, _)| o), Some(0));
-    assert_eq!(log.offset_for_timestamp(T0 + 2).unwrap().map(|(o, _)| o), Some(2));
-    assert_eq!(log.offset_for_timestamp(T0 + 5).unwrap().map(|(o, _)| o), Some(4));
+    assert_eq!(
+        log.offset_for_timestamp(0).unwrap().map(|(o, _)| o),
+        Some(0)
+    );
+    assert_eq!(
+        log.offset_for_timestamp(T0).unwrap().map(|(o, _)| o),
+        Some(0)
+    );
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 2).unwrap().map(|(o, _)| o),
+        Some(2)
+    );
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 5).unwrap().map(|(o, _)| o),
+        Some(4)
+    );
     for i in 0..100i64 {
         for d in 0..4 {
             assert_eq!(
-                log.offset_for_timestamp(T0 + 10 * i + d).unwrap().map(|(o, _)| o),
+                log.offset_for_timestamp(T0 + 10 * i + d)
+                    .unwrap()
+                    .map(|(o, _)| o),
                 Some(4 * i + d),
                 "batch {i} record {d}"
             );
         }
     }
-    assert_eq!(log.offset_for_timestamp(T0 + 10 * 99 + 4).unwrap().map(|(o, _)| o), None);
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 10 * 99 + 4)
+            .unwrap()
+            .map(|(o, _)| o),
+        None
+    );
 }
 
 #[test]

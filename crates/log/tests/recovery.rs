@@ -253,7 +253,10 @@ fn missing_index_is_rebuilt() {
         assert!(!log.read(offset, 1).unwrap().records.is_empty());
     }
     // Batch i holds timestamps T0+i, T0+i+1, T0+i+2: T0+30 first appears as record 2 of batch 28.
-    assert_eq!(log.offset_for_timestamp(T0 + 30).unwrap().map(|(o, _)| o), Some(86));
+    assert_eq!(
+        log.offset_for_timestamp(T0 + 30).unwrap().map(|(o, _)| o),
+        Some(86)
+    );
 }
 
 #[test]

@@ -7,9 +7,7 @@
 //! of the frame: never copied, never re-encoded.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{
-    ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
-};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::versions;
@@ -37,7 +35,9 @@ pub enum DecodeError {
         api_version: i16,
         correlation_id: i32,
     },
-    #[error("malformed {api_key:?} v{api_version} request (correlation id {correlation_id}): {reason}")]
+    #[error(
+        "malformed {api_key:?} v{api_version} request (correlation id {correlation_id}): {reason}"
+    )]
     Malformed {
         api_key: ApiKey,
         api_version: i16,
@@ -192,23 +192,36 @@ mod tests {
         let body = RequestKind::Metadata(MetadataRequest::default());
         encode_request(&mut buf, ApiKey::Metadata, 9, 77, "test", &body).unwrap();
         let req = decode_request(frame_body(&buf)).unwrap();
-        assert_eq!((req.api_key, req.api_version, req.correlation_id), (ApiKey::Metadata, 9, 77));
+        assert_eq!(
+            (req.api_key, req.api_version, req.correlation_id),
+            (ApiKey::Metadata, 9, 77)
+        );
         assert_eq!(req.client_id.as_deref(), Some("test"));
 
         let mut buf = BytesMut::new();
         encode_request(&mut buf, ApiKey::Metadata, 0, 5, "t", &body).unwrap();
         assert!(matches!(
             decode_request(frame_body(&buf)),
-            Err(DecodeError::UnsupportedVersion { correlation_id: 5, api_version: 0, .. })
+            Err(DecodeError::UnsupportedVersion {
+                correlation_id: 5,
+                api_version: 0,
+                ..
+            })
         ));
 
         let mut raw = vec![0x7f, 0x7f, 0, 0, 0, 0, 0, 9, 0, 0];
         assert!(matches!(
             decode_request(Bytes::from(raw.clone())),
-            Err(DecodeError::UnknownApi { api_key: 0x7f7f, correlation_id: 9 })
+            Err(DecodeError::UnknownApi {
+                api_key: 0x7f7f,
+                correlation_id: 9
+            })
         ));
         raw.truncate(5);
-        assert!(matches!(decode_request(Bytes::from(raw)), Err(DecodeError::TooShort { len: 5 })));
+        assert!(matches!(
+            decode_request(Bytes::from(raw)),
+            Err(DecodeError::TooShort { len: 5 })
+        ));
     }
 
     #[test]

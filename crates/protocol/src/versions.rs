@@ -39,7 +39,10 @@ mod tests {
         for &(api, min, max) in SUPPORTED {
             let known = api.valid_versions();
             assert!(min <= max, "{api:?}");
-            assert!(known.min <= min && max <= known.max, "{api:?} {min}..={max} vs {known}");
+            assert!(
+                known.min <= min && max <= known.max,
+                "{api:?} {min}..={max} vs {known}"
+            );
         }
     }
 }

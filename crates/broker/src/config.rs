@@ -1,0 +1,224 @@
+//! Broker settings and per-topic configs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use sluice_log::{FlushPolicy, LogConfig};
+
+/// Kafka's default `max.message.bytes`: the largest record batch a topic accepts.
+pub const MAX_MESSAGE_BYTES_DEFAULT: i64 = 1_048_588;
+
+/// Broker-wide settings.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    /// This broker's id in Metadata responses.
+    pub node_id: i32,
+    /// Host and port clients are told to connect to (the bound Kafka listener by default).
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub cluster_id: String,
+    /// Create a topic when Metadata asks for an unknown one (and the client allows it).
+    pub auto_create_topics: bool,
+    /// Partitions of auto-created topics and of CreateTopics with `num_partitions` -1.
+    pub default_partitions: i32,
+    /// Most partitions one topic may have (a limit on files and memory).
+    pub partitions_per_topic_max: i32,
+    /// Defaults for every partition log; topic configs override them.
+    pub log: LogConfig,
+    pub flush: FlushPolicy,
+    pub sync_threads: usize,
+    /// Default `max.message.bytes`.
+    pub max_message_bytes: i64,
+    /// Longest a Fetch may wait, whatever the client asks (bounds parked requests).
+    pub fetch_wait_max_ms: u64,
+}
+
+impl BrokerConfig {
+    /// Defaults for a broker storing its data in `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        BrokerConfig {
+            data_dir: data_dir.into(),
+            node_id: 1,
+            advertised_host: "127.0.0.1".to_owned(),
+            advertised_port: 9092,
+            cluster_id: "sluice".to_owned(),
+            auto_create_topics: true,
+            default_partitions: 1,
+            partitions_per_topic_max: 10_000,
+            log: LogConfig::default(),
+            flush: FlushPolicy::Always,
+            sync_threads: 4,
+            max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT,
+            fetch_wait_max_ms: 30_000,
+        }
+    }
+}
+
+/// The topic-level configs Sluice implements, with their Kafka names.
+pub const TOPIC_CONFIG_NAMES: &[&str] = &[
+    "cleanup.policy",
+    "max.message.bytes",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.ms",
+];
+
+/// A topic's config overrides (name → value as given), validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TopicConfig(pub BTreeMap<String, String>);
+
+/// Why a config was refused; the message says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl TopicConfig {
+    /// Sets `name` to `value` after checking both; `None` removes the override.
+    pub fn set(&mut self, name: &str, value: Option<&str>) -> Result<(), ConfigError> {
+        if !TOPIC_CONFIG_NAMES.contains(&name) {
+            return Err(ConfigError(format!(
+                "unknown or unsupported topic config '{name}'; supported: {}",
+                TOPIC_CONFIG_NAMES.join(", ")
+            )));
+        }
+        let Some(value) = value else {
+            self.0.remove(name);
+            return Ok(());
+        };
+        let int = |min: i64| -> Result<i64, ConfigError> {
+            let v: i64 = value
+                .trim()
+                .parse()
+                .map_err(|_| ConfigError(format!("{name} must be an integer, got '{value}'")))?;
+            if v < min {
+                return Err(ConfigError(format!(
+                    "{name} must be at least {min}, got {v}"
+                )));
+            }
+            Ok(v)
+        };
+        match name {
+            "cleanup.policy" => {
+                if value != "delete" {
+                    return Err(ConfigError(format!(
+                        "cleanup.policy '{value}' is not supported: only 'delete' (compaction is not implemented)"
+                    )));
+                }
+            }
+            "retention.ms" | "retention.bytes" => {
+                int(-1)?;
+            }
+            "segment.bytes" => {
+                let v = int(sluice_log::SEGMENT_BYTES_MIN as i64)?;
+                if v > sluice_log::SEGMENT_BYTES_MAX as i64 {
+                    return Err(ConfigError(format!(
+                        "segment.bytes must be at most {}, got {v}",
+                        sluice_log::SEGMENT_BYTES_MAX
+                    )));
+                }
+            }
+            "segment.ms" => {
+                int(1)?;
+            }
+            "max.message.bytes" => {
+                int(0)?;
+            }
+            _ => unreachable!("checked against TOPIC_CONFIG_NAMES"),
+        }
+        self.0.insert(name.to_owned(), value.trim().to_owned());
+        Ok(())
+    }
+
+    fn int(&self, name: &str) -> Option<i64> {
+        self.0.get(name).and_then(|v| v.parse().ok())
+    }
+
+    /// The partition log settings: broker defaults with this topic's overrides.
+    pub fn log_config(&self, defaults: &LogConfig) -> LogConfig {
+        let mut c = *defaults;
+        if let Some(v) = self.int("retention.ms") {
+            c.retention_ms = (v >= 0).then_some(v);
+        }
+        if let Some(v) = self.int("retention.bytes") {
+            c.retention_bytes = (v >= 0).then_some(v as u64);
+        }
+        if let Some(v) = self.int("segment.bytes") {
+            c.segment_bytes = v as u64;
+        }
+        if let Some(v) = self.int("segment.ms") {
+            c.segment_ms = Some(v);
+        }
+        c
+    }
+
+    /// Effective `max.message.bytes`.
+    pub fn max_message_bytes(&self, default: i64) -> i64 {
+        self.int("max.message.bytes").unwrap_or(default)
+    }
+
+    /// Every supported config with its effective value and whether it is the default:
+    /// `(name, value, is_default)`.
+    pub fn describe(&self, broker: &BrokerConfig) -> Vec<(&'static str, String, bool)> {
+        let log = self.log_config(&broker.log);
+        TOPIC_CONFIG_NAMES
+            .iter()
+            .map(|&name| {
+                let value = match name {
+                    "cleanup.policy" => "delete".to_owned(),
+                    "max.message.bytes" => {
+                        self.max_message_bytes(broker.max_message_bytes).to_string()
+                    }
+                    "retention.bytes" => log.retention_bytes.map_or(-1, |v| v as i64).to_string(),
+                    "retention.ms" => log.retention_ms.unwrap_or(-1).to_string(),
+                    "segment.bytes" => log.segment_bytes.to_string(),
+                    "segment.ms" => log.segment_ms.unwrap_or(i64::MAX).to_string(),
+                    _ => unreachable!(),
+                };
+                (name, value, !self.0.contains_key(name))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_are_validated_with_messages_that_say_what_to_fix() {
+        let mut c = TopicConfig::default();
+        c.set("retention.ms", Some("1000")).unwrap();
+        assert!(
+            c.set("retention.ms", Some("soon"))
+                .unwrap_err()
+                .0
+                .contains("integer")
+        );
+        assert!(
+            c.set("segment.bytes", Some("10"))
+                .unwrap_err()
+                .0
+                .contains("at least")
+        );
+        assert!(
+            c.set("cleanup.policy", Some("compact"))
+                .unwrap_err()
+                .0
+                .contains("delete")
+        );
+        assert!(
+            c.set("flush.ms", Some("1"))
+                .unwrap_err()
+                .0
+                .contains("supported")
+        );
+        let log = c.log_config(&LogConfig::default());
+        assert_eq!(log.retention_ms, Some(1000));
+        c.set("retention.ms", Some("-1")).unwrap();
+        assert_eq!(c.log_config(&LogConfig::default()).retention_ms, None);
+        c.set("retention.ms", None).unwrap();
+        assert!(c.0.is_empty());
+    }
+}

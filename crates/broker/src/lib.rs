@@ -1,0 +1,144 @@
+//! # sluice-broker: Kafka request semantics
+//!
+//! Joins the wire layer (`sluice-protocol`) and the storage layer (`sluice-log`). The server
+//! hands each decoded request to [`Broker::handle`], which dispatches to one handler per API
+//! (`handlers/`), and gets back the response to encode (or none, for `acks=0` produce).
+//!
+//! - [`topics`]: the topics on disk and their partition logs;
+//! - [`config`]: broker settings and topic configs;
+//! - [`errors`]: the one map from Sluice errors to Kafka error codes;
+//! - `handlers/`: one file per API.
+//!
+//! Produce path: `handlers::produce` appends each partition's batches (*appended*), awaits
+//! their durability (*durable*), then answers (*acknowledged*). Fetch path: `handlers::fetch`
+//! reads durable batches and, below `min_bytes`, parks until a high watermark moves or
+//! `max_wait_ms` passes.
+
+pub mod config;
+pub mod errors;
+mod handlers;
+pub mod topics;
+
+use std::sync::Arc;
+
+use sluice_log::{Clock, CommitConfig, GroupCommitter, SystemClock};
+use sluice_protocol::codec::Request;
+use sluice_protocol::kafka_protocol::messages::{RequestKind, ResponseKind};
+
+pub use config::{BrokerConfig, TopicConfig};
+pub use topics::{Topic, TopicError, TopicRegistry};
+
+/// The broker: topics, their logs, and the group committer that makes appends durable.
+#[derive(Debug)]
+pub struct Broker {
+    config: BrokerConfig,
+    topics: TopicRegistry,
+    committer: GroupCommitter,
+    clock: Arc<dyn Clock>,
+}
+
+impl Broker {
+    /// Opens the broker's data directory, recovering every partition log.
+    pub fn open(config: BrokerConfig) -> Result<Broker, TopicError> {
+        Self::open_with_clock(config, Arc::new(SystemClock))
+    }
+
+    pub fn open_with_clock(
+        config: BrokerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Broker, TopicError> {
+        let committer = GroupCommitter::start(CommitConfig {
+            policy: config.flush,
+            sync_threads: config.sync_threads,
+        });
+        let topics = TopicRegistry::open(&config, &committer, &clock)?;
+        Ok(Broker {
+            config,
+            topics,
+            committer,
+            clock,
+        })
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    pub fn topics(&self) -> &TopicRegistry {
+        &self.topics
+    }
+
+    /// Handles one request. `None` means the request gets no response (produce with `acks=0`).
+    pub async fn handle(&self, request: Request) -> Option<ResponseKind> {
+        let version = request.api_version;
+        Some(match request.body {
+            RequestKind::ApiVersions(_) => {
+                ResponseKind::ApiVersions(handlers::api_versions::handle())
+            }
+            RequestKind::Metadata(req) => ResponseKind::Metadata(self.metadata(req, version)),
+            RequestKind::CreateTopics(req) => {
+                ResponseKind::CreateTopics(handlers::create_topics::handle(self, req, version))
+            }
+            RequestKind::DeleteTopics(req) => {
+                ResponseKind::DeleteTopics(handlers::delete_topics::handle(self, req, version))
+            }
+            RequestKind::Produce(req) => {
+                return handlers::produce::handle(self, req)
+                    .await
+                    .map(ResponseKind::Produce);
+            }
+            RequestKind::Fetch(req) => {
+                ResponseKind::Fetch(handlers::fetch::handle(self, req).await)
+            }
+            RequestKind::ListOffsets(req) => {
+                ResponseKind::ListOffsets(handlers::list_offsets::handle(self, req, version))
+            }
+            other => {
+                // The decoder only lets through APIs listed in `versions::SUPPORTED`, and every
+                // one of those has an arm above.
+                tracing::error!(request = ?std::mem::discriminant(&other), "no handler for a supported API");
+                return None;
+            }
+        })
+    }
+
+    fn metadata(
+        &self,
+        req: sluice_protocol::kafka_protocol::messages::MetadataRequest,
+        version: i16,
+    ) -> sluice_protocol::kafka_protocol::messages::MetadataResponse {
+        handlers::metadata::handle(self, req, version)
+    }
+
+    /// The response to an ApiVersions request of an unknown version (to be encoded as v0).
+    pub fn unsupported_api_versions() -> ResponseKind {
+        ResponseKind::ApiVersions(handlers::api_versions::unsupported_version())
+    }
+
+    /// Runs a retention pass over every partition; returns segments deleted.
+    pub fn apply_retention(&self) -> usize {
+        let mut deleted = 0;
+        for topic in self.topics.all() {
+            for log in topic.partitions() {
+                match log.apply_retention() {
+                    Ok(outcome) => deleted += outcome.deleted_segments,
+                    Err(e) => tracing::error!(topic = %topic.name, error = %e, "retention"),
+                }
+            }
+        }
+        deleted
+    }
+
+    /// Flushes and closes every partition log cleanly.
+    pub fn shutdown(&self) {
+        self.topics.close_all();
+    }
+
+    pub(crate) fn committer(&self) -> &GroupCommitter {
+        &self.committer
+    }
+
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+}

@@ -1,0 +1,363 @@
+//! The topics this broker hosts, on disk and in memory.
+//!
+//! Layout under the data directory:
+//!
+//! ```text
+//! topics/<name>/topic.json     id, partition count, config overrides
+//! topics/<name>/<partition>/   one partition log (see sluice-log)
+//! ```
+//!
+//! Creating and deleting are made atomic with directory renames, so a crash never leaves half
+//! a topic: a topic is built in `topics/.creating-<id>` and renamed into place, and deleted by
+//! renaming it to `topics/.deleted-<id>` before its files are removed. Leftovers of either are
+//! removed at startup.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use sluice_log::{Clock, GroupCommitter, LogError, PartitionLog};
+use uuid::Uuid;
+
+use crate::config::{BrokerConfig, TopicConfig};
+
+/// Longest topic name Kafka allows.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+const TOPIC_FILE: &str = "topic.json";
+
+/// Errors from topic management.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("invalid topic name '{name}': {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    #[error("topic '{0}' already exists")]
+    AlreadyExists(String),
+    #[error("unknown topic '{0}'")]
+    Unknown(String),
+    #[error("invalid partition count {count}: must be between 1 and {max}")]
+    InvalidPartitions { count: i32, max: i32 },
+    #[error("invalid config: {0}")]
+    Config(String),
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("corrupt topic metadata {path}: {detail}")]
+    Corrupt { path: PathBuf, detail: String },
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> TopicError + 'a {
+    move |source| TopicError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// What `topic.json` holds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct TopicFile {
+    id: Uuid,
+    partitions: i32,
+    #[serde(default)]
+    configs: TopicConfig,
+}
+
+/// One topic: its partitions' logs and its configs.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: String,
+    pub id: Uuid,
+    dir: PathBuf,
+    partitions: RwLock<Vec<PartitionLog>>,
+    config: RwLock<TopicConfig>,
+}
+
+impl Topic {
+    /// The log of `partition`, if it exists.
+    pub fn partition(&self, partition: i32) -> Option<PartitionLog> {
+        let partitions = self.partitions.read().expect("partitions lock");
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| partitions.get(p).cloned())
+    }
+
+    pub fn partition_count(&self) -> i32 {
+        self.partitions.read().expect("partitions lock").len() as i32
+    }
+
+    pub fn partitions(&self) -> Vec<PartitionLog> {
+        self.partitions.read().expect("partitions lock").clone()
+    }
+
+    pub fn config(&self) -> TopicConfig {
+        self.config.read().expect("config lock").clone()
+    }
+}
+
+/// All topics of the broker.
+#[derive(Debug)]
+pub struct TopicRegistry {
+    root: PathBuf,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Serialises creates, deletes and config changes (rare), so they never race on disk.
+    admin: std::sync::Mutex<()>,
+}
+
+/// Checks a topic name the way Kafka does: 1–249 bytes of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
+    let invalid = |reason| TopicError::InvalidName {
+        name: name.to_owned(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    if name.len() > TOPIC_NAME_BYTES_MAX {
+        return Err(invalid("it is longer than 249 characters"));
+    }
+    if name == "." || name == ".." {
+        return Err(invalid("'.' and '..' are reserved"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(invalid(
+            "only ASCII letters, digits, '.', '_' and '-' are allowed",
+        ));
+    }
+    Ok(())
+}
+
+impl TopicRegistry {
+    /// Opens every topic under `<data_dir>/topics`, recovering each partition log.
+    pub fn open(
+        config: &BrokerConfig,
+        committer: &GroupCommitter,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<TopicRegistry, TopicError> {
+        let root = config.data_dir.join("topics");
+        fs::create_dir_all(&root).map_err(io("create", &root))?;
+        let mut topics = BTreeMap::new();
+        for entry in fs::read_dir(&root).map_err(io("list", &root))? {
+            let entry = entry.map_err(io("list", &root))?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".creating-") || name.starts_with(".deleted-") {
+                tracing::info!(path = %path.display(), "removing leftover of an interrupted topic create/delete");
+                fs::remove_dir_all(&path).map_err(io("remove", &path))?;
+                continue;
+            }
+            if validate_topic_name(&name).is_err() || !path.is_dir() {
+                tracing::warn!(path = %path.display(), "ignoring unexpected entry in topics directory");
+                continue;
+            }
+            let meta_path = path.join(TOPIC_FILE);
+            let bytes = fs::read(&meta_path).map_err(io("read", &meta_path))?;
+            let meta: TopicFile =
+                serde_json::from_slice(&bytes).map_err(|e| TopicError::Corrupt {
+                    path: meta_path.clone(),
+                    detail: e.to_string(),
+                })?;
+            let topic = open_topic(&name, &path, meta, config, committer, clock)?;
+            topics.insert(name, Arc::new(topic));
+        }
+        sync_dir(&root)?;
+        Ok(TopicRegistry {
+            root,
+            topics: RwLock::new(topics),
+            admin: std::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().expect("topics lock").get(name).cloned()
+    }
+
+    /// All topics, by name.
+    pub fn all(&self) -> Vec<Arc<Topic>> {
+        self.topics
+            .read()
+            .expect("topics lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Checks what [`TopicRegistry::create`] would check, without creating anything.
+    pub fn validate_create(
+        &self,
+        name: &str,
+        partitions: i32,
+        max_partitions: i32,
+    ) -> Result<(), TopicError> {
+        validate_topic_name(name)?;
+        if !(1..=max_partitions).contains(&partitions) {
+            return Err(TopicError::InvalidPartitions {
+                count: partitions,
+                max: max_partitions,
+            });
+        }
+        if self.get(name).is_some() {
+            return Err(TopicError::AlreadyExists(name.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Creates a topic durably (metadata fsynced, directory renamed into place and fsynced).
+    pub fn create(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: TopicConfig,
+        broker: &BrokerConfig,
+        committer: &GroupCommitter,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        let _admin = self.admin.lock().expect("admin lock");
+        self.validate_create(name, partitions, broker.partitions_per_topic_max)?;
+        let meta = TopicFile {
+            id: Uuid::new_v4(),
+            partitions,
+            configs,
+        };
+        let staging = self.root.join(format!(".creating-{}", meta.id));
+        fs::create_dir(&staging).map_err(io("create", &staging))?;
+        write_meta(&staging, &meta)?;
+        sync_dir(&staging)?;
+        let dir = self.root.join(name);
+        fs::rename(&staging, &dir).map_err(io("rename", &staging))?;
+        sync_dir(&self.root)?;
+        let topic = Arc::new(open_topic(name, &dir, meta, broker, committer, clock)?);
+        self.topics
+            .write()
+            .expect("topics lock")
+            .insert(name.to_owned(), Arc::clone(&topic));
+        tracing::info!(topic = name, partitions, "created topic");
+        Ok(topic)
+    }
+
+    /// Deletes a topic and all its data.
+    pub fn delete(&self, name: &str) -> Result<(), TopicError> {
+        let _admin = self.admin.lock().expect("admin lock");
+        let topic = self
+            .topics
+            .write()
+            .expect("topics lock")
+            .remove(name)
+            .ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
+        for log in topic.partitions() {
+            log.mark_deleted();
+        }
+        let doomed = self.root.join(format!(".deleted-{}", topic.id));
+        fs::rename(&topic.dir, &doomed).map_err(io("rename", &topic.dir))?;
+        sync_dir(&self.root)?;
+        fs::remove_dir_all(&doomed).map_err(io("remove", &doomed))?;
+        tracing::info!(topic = name, "deleted topic");
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides (validated by the caller) and applies them to its
+    /// partition logs.
+    pub fn set_config(
+        &self,
+        topic: &Topic,
+        configs: TopicConfig,
+        broker: &BrokerConfig,
+    ) -> Result<(), TopicError> {
+        let _admin = self.admin.lock().expect("admin lock");
+        let meta = TopicFile {
+            id: topic.id,
+            partitions: topic.partition_count(),
+            configs: configs.clone(),
+        };
+        write_meta(&topic.dir, &meta)?;
+        let log_config = configs.log_config(&broker.log);
+        for log in topic.partitions() {
+            log.set_config(log_config)?;
+        }
+        *topic.config.write().expect("config lock") = configs;
+        Ok(())
+    }
+
+    /// Closes every partition log cleanly (fsync, indexes, clean-shutdown marker).
+    pub fn close_all(&self) {
+        for topic in self.all() {
+            for (p, log) in topic.partitions().iter().enumerate() {
+                if let Err(e) = log.close() {
+                    tracing::error!(topic = %topic.name, partition = p, error = %e, "closing partition log");
+                }
+            }
+        }
+    }
+}
+
+fn open_topic(
+    name: &str,
+    dir: &Path,
+    meta: TopicFile,
+    broker: &BrokerConfig,
+    committer: &GroupCommitter,
+    clock: &Arc<dyn Clock>,
+) -> Result<Topic, TopicError> {
+    let log_config = meta.configs.log_config(&broker.log);
+    let mut partitions = Vec::with_capacity(meta.partitions.max(0) as usize);
+    for p in 0..meta.partitions {
+        let log = PartitionLog::open(
+            dir.join(p.to_string()),
+            log_config,
+            committer,
+            Arc::clone(clock),
+        )?;
+        partitions.push(log);
+    }
+    Ok(Topic {
+        name: name.to_owned(),
+        id: meta.id,
+        dir: dir.to_owned(),
+        partitions: RwLock::new(partitions),
+        config: RwLock::new(meta.configs),
+    })
+}
+
+/// Writes `topic.json` atomically: temporary file, fsync, rename, fsync directory.
+fn write_meta(dir: &Path, meta: &TopicFile) -> Result<(), TopicError> {
+    let tmp = dir.join(format!("{TOPIC_FILE}.tmp"));
+    let path = dir.join(TOPIC_FILE);
+    let bytes = serde_json::to_vec_pretty(meta).expect("topic metadata serialises");
+    let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    f.write_all(&bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(io("write", &tmp))?;
+    fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), TopicError> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        for ok in ["a", "orders", "my.topic_2-x", &"x".repeat(249)] {
+            validate_topic_name(ok).unwrap();
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "ü", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! `sluice serve`: settings from a TOML file, `SLUICE_*` environment variables and flags (flags
+//! win, then the environment, then the file, then built-in defaults).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sluice_broker::{Broker, BrokerConfig};
+use sluice_log::FlushPolicy;
+use sluice_server::ServerConfig;
+
+/// Run the broker.
+///
+/// Example:
+///   sluice serve --data-dir /var/lib/sluice --kafka-addr 0.0.0.0:9092
+///
+/// Every setting can also come from a TOML file (--config) or an environment variable; flags win
+/// over the environment, which wins over the file. A port of 0 picks a free port; the bound
+/// address is logged as `kafka listening on HOST:PORT`.
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct ServeArgs {
+    /// TOML config file (keys: data_dir, kafka_addr, advertised_host, auto_create_topics,
+    /// default_partitions, retention_ms, retention_bytes, segment_bytes, segment_ms,
+    /// flush_interval_ms, max_request_bytes, max_message_bytes)
+    #[arg(long, env = "SLUICE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where data is stored [default: ./sluice-data]
+    #[arg(long, env = "SLUICE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Kafka listener address [default: 127.0.0.1:9092]
+    #[arg(long, env = "SLUICE_KAFKA_ADDR")]
+    kafka_addr: Option<String>,
+    /// Host name clients are told to connect to [default: the listener's IP]
+    #[arg(long, env = "SLUICE_ADVERTISED_HOST")]
+    advertised_host: Option<String>,
+    /// Create topics on first use by a client's Metadata request [default: true]
+    #[arg(long, env = "SLUICE_AUTO_CREATE_TOPICS")]
+    auto_create_topics: Option<bool>,
+    /// Partitions of auto-created topics [default: 1]
+    #[arg(long, env = "SLUICE_DEFAULT_PARTITIONS")]
+    default_partitions: Option<i32>,
+    /// Delete data older than this; -1 keeps it forever [default: 604800000 = 7 days]
+    #[arg(long, env = "SLUICE_RETENTION_MS")]
+    retention_ms: Option<i64>,
+    /// Delete the oldest data while a partition holds more than this; -1 for no limit [default: -1]
+    #[arg(long, env = "SLUICE_RETENTION_BYTES")]
+    retention_bytes: Option<i64>,
+    /// Segment file size [default: 1073741824 = 1 GiB]
+    #[arg(long, env = "SLUICE_SEGMENT_BYTES")]
+    segment_bytes: Option<u64>,
+    /// Roll segments older than this [default: 604800000 = 7 days]
+    #[arg(long, env = "SLUICE_SEGMENT_MS")]
+    segment_ms: Option<i64>,
+    /// 0 = fsync before every acknowledgement with group commit; N = fsync every N ms instead
+    /// (acknowledgements wait for it) [default: 0]
+    #[arg(long, env = "SLUICE_FLUSH_INTERVAL_MS")]
+    flush_interval_ms: Option<u64>,
+    /// Largest request accepted, in bytes [default: 104857600 = 100 MiB]
+    #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES")]
+    max_request_bytes: Option<usize>,
+    /// Largest record batch a topic accepts unless its max.message.bytes says otherwise
+    /// [default: 1048588]
+    #[arg(long, env = "SLUICE_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<i64>,
+}
+
+/// The same settings, from the TOML file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    kafka_addr: Option<String>,
+    advertised_host: Option<String>,
+    auto_create_topics: Option<bool>,
+    default_partitions: Option<i32>,
+    retention_ms: Option<i64>,
+    retention_bytes: Option<i64>,
+    segment_bytes: Option<u64>,
+    segment_ms: Option<i64>,
+    flush_interval_ms: Option<u64>,
+    max_request_bytes: Option<usize>,
+    max_message_bytes: Option<i64>,
+}
+
+/// How often retention runs.
+const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let file: FileConfig = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config file {}", path.display()))?;
+            toml::from_str(&text)
+                .with_context(|| format!("parsing config file {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let data_dir = args
+        .data_dir
+        .or(file.data_dir)
+        .unwrap_or_else(|| "sluice-data".into());
+    let kafka_addr = args
+        .kafka_addr
+        .or(file.kafka_addr)
+        .unwrap_or_else(|| "127.0.0.1:9092".to_owned());
+    let mut broker_config = BrokerConfig::new(&data_dir);
+    if let Some(v) = args.auto_create_topics.or(file.auto_create_topics) {
+        broker_config.auto_create_topics = v;
+    }
+    if let Some(v) = args.default_partitions.or(file.default_partitions) {
+        if !(1..=broker_config.partitions_per_topic_max).contains(&v) {
+            bail!(
+                "default_partitions must be between 1 and {}, got {v}",
+                broker_config.partitions_per_topic_max
+            );
+        }
+        broker_config.default_partitions = v;
+    }
+    if let Some(v) = args.retention_ms.or(file.retention_ms) {
+        broker_config.log.retention_ms = (v >= 0).then_some(v);
+    }
+    if let Some(v) = args.retention_bytes.or(file.retention_bytes) {
+        broker_config.log.retention_bytes = (v >= 0).then_some(v as u64);
+    }
+    if let Some(v) = args.segment_bytes.or(file.segment_bytes) {
+        broker_config.log.segment_bytes = v;
+    }
+    if let Some(v) = args.segment_ms.or(file.segment_ms) {
+        broker_config.log.segment_ms = Some(v);
+    }
+    broker_config
+        .log
+        .validate()
+        .context("invalid log settings")?;
+    match args.flush_interval_ms.or(file.flush_interval_ms) {
+        None | Some(0) => {}
+        Some(ms) => broker_config.flush = FlushPolicy::IntervalMs(ms),
+    }
+    if let Some(v) = args.max_message_bytes.or(file.max_message_bytes) {
+        broker_config.max_message_bytes = v;
+    }
+    let mut server_config = ServerConfig::default();
+    if let Some(v) = args.max_request_bytes.or(file.max_request_bytes) {
+        server_config.max_request_bytes = v;
+    }
+    let advertised_host = args.advertised_host.or(file.advertised_host);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&kafka_addr)
+            .await
+            .with_context(|| format!("binding the Kafka listener to {kafka_addr}"))?;
+        let bound = listener.local_addr()?;
+        broker_config.advertised_host = advertised_host.unwrap_or_else(|| bound.ip().to_string());
+        broker_config.advertised_port = i32::from(bound.port());
+        let started = std::time::Instant::now();
+        let broker = Arc::new(
+            tokio::task::spawn_blocking(move || Broker::open(broker_config))
+                .await?
+                .with_context(|| format!("opening data directory {}", data_dir.display()))?,
+        );
+        tracing::info!(
+            data_dir = %broker.config().data_dir.display(),
+            topics = broker.topics().all().len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "opened data directory"
+        );
+        tracing::info!("kafka listening on {bound}");
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(sluice_server::serve(listener, Arc::clone(&broker), server_config, stop_rx.clone()));
+        let retention = {
+            let broker = Arc::clone(&broker);
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(RETENTION_CHECK_INTERVAL) => {
+                            let broker = Arc::clone(&broker);
+                            let _ = tokio::task::spawn_blocking(move || broker.apply_retention()).await;
+                        }
+                        _ = stop.changed() => break,
+                    }
+                }
+            })
+        };
+        wait_for_signal().await;
+        tracing::info!("shutting down: closing connections, flushing partitions");
+        let _ = stop_tx.send(true);
+        let _ = server.await;
+        let _ = retention.await;
+        let b = Arc::clone(&broker);
+        tokio::task::spawn_blocking(move || b.shutdown()).await?;
+        tracing::info!("shut down cleanly");
+        anyhow::Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
