@@ -43,7 +43,9 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
         TopicError::InvalidName { .. } => ResponseError::InvalidTopicException.code(),
         TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists.code(),
         TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition.code(),
-        TopicError::InvalidPartitions { .. } => ResponseError::InvalidPartitions.code(),
+        TopicError::InvalidPartitions { .. } | TopicError::PartitionsNotIncreasing { .. } => {
+            ResponseError::InvalidPartitions.code()
+        }
         TopicError::Config(_) => ResponseError::InvalidConfig.code(),
         TopicError::Log(e) => log_error_code(e),
         TopicError::Io { .. } | TopicError::Corrupt { .. } => {

@@ -90,6 +90,21 @@ impl Broker {
             RequestKind::Fetch(req) => {
                 ResponseKind::Fetch(handlers::fetch::handle(self, req).await)
             }
+            RequestKind::DescribeConfigs(req) => {
+                ResponseKind::DescribeConfigs(handlers::configs::describe(self, req, version))
+            }
+            RequestKind::AlterConfigs(req) => {
+                ResponseKind::AlterConfigs(handlers::configs::alter(self, req))
+            }
+            RequestKind::IncrementalAlterConfigs(req) => ResponseKind::IncrementalAlterConfigs(
+                handlers::configs::incremental_alter(self, req),
+            ),
+            RequestKind::CreatePartitions(req) => {
+                ResponseKind::CreatePartitions(handlers::cluster::create_partitions(self, req))
+            }
+            RequestKind::DescribeCluster(req) => {
+                ResponseKind::DescribeCluster(handlers::cluster::describe_cluster(self, req))
+            }
             RequestKind::ListOffsets(req) => {
                 ResponseKind::ListOffsets(handlers::list_offsets::handle(self, req, version))
             }

@@ -38,6 +38,14 @@ pub enum TopicError {
     Unknown(String),
     #[error("invalid partition count {count}: must be between 1 and {max}")]
     InvalidPartitions { count: i32, max: i32 },
+    #[error(
+        "topic '{topic}' has {current} partitions; the new count {count} must be larger (partitions cannot be removed)"
+    )]
+    PartitionsNotIncreasing {
+        topic: String,
+        current: i32,
+        count: i32,
+    },
     #[error("invalid config: {0}")]
     Config(String),
     #[error("{op} {path}: {source}")]
@@ -285,6 +293,58 @@ impl TopicRegistry {
             log.set_config(log_config)?;
         }
         *topic.config.write().expect("config lock") = configs;
+        Ok(())
+    }
+
+    /// Grows a topic to `count` partitions (partitions can only be added, as in Kafka).
+    pub fn add_partitions(
+        &self,
+        topic: &Topic,
+        count: i32,
+        validate_only: bool,
+        broker: &BrokerConfig,
+        committer: &GroupCommitter,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<(), TopicError> {
+        let _admin = self.admin.lock().expect("admin lock");
+        let current = topic.partition_count();
+        if count <= current {
+            return Err(TopicError::PartitionsNotIncreasing {
+                topic: topic.name.clone(),
+                current,
+                count,
+            });
+        }
+        if count > broker.partitions_per_topic_max {
+            return Err(TopicError::InvalidPartitions {
+                count,
+                max: broker.partitions_per_topic_max,
+            });
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let configs = topic.config();
+        // Record the new count first: if we crash before the logs exist, opening creates them.
+        write_meta(
+            &topic.dir,
+            &TopicFile {
+                id: topic.id,
+                partitions: count,
+                configs: configs.clone(),
+            },
+        )?;
+        let log_config = configs.log_config(&broker.log);
+        let mut partitions = topic.partitions.write().expect("partitions lock");
+        for p in current..count {
+            partitions.push(PartitionLog::open(
+                topic.dir.join(p.to_string()),
+                log_config,
+                committer,
+                Arc::clone(clock),
+            )?);
+        }
+        tracing::info!(topic = %topic.name, from = current, to = count, "added partitions");
         Ok(())
     }
 

@@ -1,6 +1,8 @@
 //! One module per Kafka API.
 
 pub mod api_versions;
+pub mod cluster;
+pub mod configs;
 pub mod create_topics;
 pub mod delete_topics;
 pub mod fetch;

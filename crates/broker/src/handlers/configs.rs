@@ -1,0 +1,248 @@
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and a read-only view of
+//! the broker's own settings).
+
+use sluice_protocol::kafka_protocol::ResponseError;
+use sluice_protocol::kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use sluice_protocol::kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, alter_configs_response,
+    incremental_alter_configs_response,
+};
+use sluice_protocol::kafka_protocol::protocol::StrBytes;
+
+use super::str_bytes;
+use crate::{Broker, TopicConfig, errors};
+
+/// Config resource types.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// Config sources (DescribeConfigs v1+).
+const SOURCE_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+/// Config types (v3+).
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_LONG: i8 = 5;
+const TYPE_LIST: i8 = 7;
+
+fn config_type(name: &str) -> i8 {
+    match name {
+        "cleanup.policy" => TYPE_LIST,
+        "max.message.bytes" | "segment.bytes" => TYPE_INT,
+        "retention.ms" | "retention.bytes" | "segment.ms" => TYPE_LONG,
+        _ => TYPE_STRING,
+    }
+}
+
+type Failure = (i16, String);
+
+pub fn describe(
+    broker: &Broker,
+    req: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let results = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            let wanted = |name: &str| {
+                r.configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.iter().any(|k| &**k == name))
+            };
+            let entry = |name: &str, value: String, source: i8| {
+                let mut e = DescribeConfigsResourceResult::default()
+                    .with_name(str_bytes(name))
+                    .with_value(Some(str_bytes(value)))
+                    .with_config_source(source);
+                if version >= 3 {
+                    e = e.with_config_type(config_type(name));
+                }
+                e
+            };
+            match r.resource_type {
+                RESOURCE_TOPIC => match broker.topics().get(&r.resource_name) {
+                    Some(topic) => result.with_configs(
+                        topic
+                            .config()
+                            .describe(broker.config())
+                            .into_iter()
+                            .filter(|(name, _, _)| wanted(name))
+                            .map(|(name, value, is_default)| {
+                                entry(
+                                    name,
+                                    value,
+                                    if is_default {
+                                        SOURCE_DEFAULT
+                                    } else {
+                                        SOURCE_TOPIC
+                                    },
+                                )
+                            })
+                            .collect(),
+                    ),
+                    None => result
+                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        .with_error_message(Some(str_bytes(format!(
+                            "unknown topic '{}'",
+                            &*r.resource_name
+                        )))),
+                },
+                RESOURCE_BROKER => {
+                    let c = broker.config();
+                    let settings = [
+                        (
+                            "auto.create.topics.enable",
+                            c.auto_create_topics.to_string(),
+                        ),
+                        ("num.partitions", c.default_partitions.to_string()),
+                        (
+                            "log.retention.ms",
+                            c.log.retention_ms.unwrap_or(-1).to_string(),
+                        ),
+                        (
+                            "log.retention.bytes",
+                            c.log.retention_bytes.map_or(-1, |v| v as i64).to_string(),
+                        ),
+                        ("log.segment.bytes", c.log.segment_bytes.to_string()),
+                        ("message.max.bytes", c.max_message_bytes.to_string()),
+                    ];
+                    result.with_configs(
+                        settings
+                            .into_iter()
+                            .filter(|(name, _)| wanted(name))
+                            .map(|(name, value)| {
+                                entry(name, value, SOURCE_STATIC_BROKER).with_read_only(true)
+                            })
+                            .collect(),
+                    )
+                }
+                other => result
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes(format!(
+                        "config resource type {other} is not supported (topics are 2, brokers 4)"
+                    )))),
+            }
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+/// Applies `changes` to a topic's configs: `(name, Some(value))` sets, `(name, None)` removes.
+/// With `replace`, configs not mentioned go back to their defaults (legacy AlterConfigs).
+fn alter_topic(
+    broker: &Broker,
+    resource_type: i8,
+    name: &StrBytes,
+    changes: Vec<(String, Option<String>)>,
+    replace: bool,
+    validate_only: bool,
+) -> Result<(), Failure> {
+    if resource_type != RESOURCE_TOPIC {
+        return Err((
+            ResponseError::InvalidRequest.code(),
+            "only topic configs can be altered; broker settings come from its config file, environment and flags".to_owned(),
+        ));
+    }
+    let topic = broker.topics().get(name).ok_or_else(|| {
+        (
+            ResponseError::UnknownTopicOrPartition.code(),
+            format!("unknown topic '{}'", &**name),
+        )
+    })?;
+    let mut configs = if replace {
+        TopicConfig::default()
+    } else {
+        topic.config()
+    };
+    for (key, value) in &changes {
+        configs
+            .set(key, value.as_deref())
+            .map_err(|e| (ResponseError::InvalidConfig.code(), e.0))?;
+    }
+    if validate_only {
+        return Ok(());
+    }
+    broker
+        .topics()
+        .set_config(&topic, configs, broker.config())
+        .map_err(|e| (errors::topic_error_code(&e), e.to_string()))
+}
+
+pub fn incremental_alter(
+    broker: &Broker,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let responses = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let changes: Result<Vec<_>, Failure> = r
+                .configs
+                .iter()
+                .map(|c| match c.config_operation {
+                    0 => Ok((c.name.to_string(), c.value.as_ref().map(|v| v.to_string()))),
+                    1 => Ok((c.name.to_string(), None)),
+                    op => Err((
+                        ResponseError::InvalidConfig.code(),
+                        format!(
+                            "operation {op} (APPEND/SUBTRACT) does not apply to '{}': it is not a list config",
+                            &*c.name
+                        ),
+                    )),
+                })
+                .collect();
+            let outcome = changes.and_then(|changes| {
+                alter_topic(broker, r.resource_type, &r.resource_name, changes, false, req.validate_only)
+            });
+            let response = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name);
+            match outcome {
+                Ok(()) => response,
+                Err((code, message)) => response
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(message))),
+            }
+        })
+        .collect();
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let responses = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let changes = r
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect();
+            let outcome = alter_topic(
+                broker,
+                r.resource_type,
+                &r.resource_name,
+                changes,
+                true,
+                req.validate_only,
+            );
+            let response = alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name);
+            match outcome {
+                Ok(()) => response,
+                Err((code, message)) => response
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(message))),
+            }
+        })
+        .collect();
+    AlterConfigsResponse::default().with_responses(responses)
+}
