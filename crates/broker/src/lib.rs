@@ -17,10 +17,13 @@
 pub mod config;
 pub mod errors;
 mod handlers;
+pub mod producers;
 pub mod topics;
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use sluice_log::{Clock, CommitConfig, GroupCommitter, SystemClock};
 use sluice_protocol::codec::Request;
 use sluice_protocol::kafka_protocol::messages::{RequestKind, ResponseKind};
@@ -35,6 +38,7 @@ pub struct Broker {
     topics: TopicRegistry,
     committer: GroupCommitter,
     clock: Arc<dyn Clock>,
+    producer_ids: producers::ProducerIds,
 }
 
 impl Broker {
@@ -52,11 +56,18 @@ impl Broker {
             sync_threads: config.sync_threads,
         });
         let topics = TopicRegistry::open(&config, &committer, &clock)?;
+        let producer_ids =
+            producers::ProducerIds::open(&config.data_dir).map_err(|source| TopicError::Io {
+                op: "open producer ids in",
+                path: config.data_dir.clone(),
+                source,
+            })?;
         Ok(Broker {
             config,
             topics,
             committer,
             clock,
+            producer_ids,
         })
     }
 
@@ -68,53 +79,69 @@ impl Broker {
         &self.topics
     }
 
-    /// Handles one request. `None` means the request gets no response (produce with `acks=0`).
-    pub async fn handle(&self, request: Request) -> Option<ResponseKind> {
+    /// Starts handling one request and returns the future of its response (`None`: the request
+    /// gets no response, as for produce with `acks=0`).
+    ///
+    /// Work that must happen in request order happens here, before this returns (produce
+    /// appends); the future does the waiting (durability, long-poll fetches).
+    pub fn handle(self: &Arc<Self>, request: Request) -> BoxFuture<'static, Option<ResponseKind>> {
         let version = request.api_version;
-        Some(match request.body {
-            RequestKind::ApiVersions(_) => {
-                ResponseKind::ApiVersions(handlers::api_versions::handle())
-            }
-            RequestKind::Metadata(req) => ResponseKind::Metadata(self.metadata(req, version)),
-            RequestKind::CreateTopics(req) => {
-                ResponseKind::CreateTopics(handlers::create_topics::handle(self, req, version))
-            }
-            RequestKind::DeleteTopics(req) => {
-                ResponseKind::DeleteTopics(handlers::delete_topics::handle(self, req, version))
-            }
-            RequestKind::Produce(req) => {
-                return handlers::produce::handle(self, req)
-                    .await
-                    .map(ResponseKind::Produce);
-            }
+        let ready = |response| futures::future::ready(Some(response)).boxed();
+        match request.body {
+            RequestKind::Produce(req) => handlers::produce::start(self, req)
+                .map(|r| r.map(ResponseKind::Produce))
+                .boxed(),
             RequestKind::Fetch(req) => {
-                ResponseKind::Fetch(handlers::fetch::handle(self, req).await)
+                let broker = Arc::clone(self);
+                async move {
+                    Some(ResponseKind::Fetch(
+                        handlers::fetch::handle(&broker, req).await,
+                    ))
+                }
+                .boxed()
             }
-            RequestKind::DescribeConfigs(req) => {
-                ResponseKind::DescribeConfigs(handlers::configs::describe(self, req, version))
+            RequestKind::ApiVersions(_) => {
+                ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
             }
-            RequestKind::AlterConfigs(req) => {
-                ResponseKind::AlterConfigs(handlers::configs::alter(self, req))
+            RequestKind::Metadata(req) => {
+                ready(ResponseKind::Metadata(self.metadata(req, version)))
             }
-            RequestKind::IncrementalAlterConfigs(req) => ResponseKind::IncrementalAlterConfigs(
-                handlers::configs::incremental_alter(self, req),
-            ),
-            RequestKind::CreatePartitions(req) => {
-                ResponseKind::CreatePartitions(handlers::cluster::create_partitions(self, req))
+            RequestKind::CreateTopics(req) => ready(ResponseKind::CreateTopics(
+                handlers::create_topics::handle(self, req, version),
+            )),
+            RequestKind::DeleteTopics(req) => ready(ResponseKind::DeleteTopics(
+                handlers::delete_topics::handle(self, req, version),
+            )),
+            RequestKind::DescribeConfigs(req) => ready(ResponseKind::DescribeConfigs(
+                handlers::configs::describe(self, req, version),
+            )),
+            RequestKind::AlterConfigs(req) => ready(ResponseKind::AlterConfigs(
+                handlers::configs::alter(self, req),
+            )),
+            RequestKind::IncrementalAlterConfigs(req) => {
+                ready(ResponseKind::IncrementalAlterConfigs(
+                    handlers::configs::incremental_alter(self, req),
+                ))
             }
-            RequestKind::DescribeCluster(req) => {
-                ResponseKind::DescribeCluster(handlers::cluster::describe_cluster(self, req))
-            }
-            RequestKind::ListOffsets(req) => {
-                ResponseKind::ListOffsets(handlers::list_offsets::handle(self, req, version))
-            }
+            RequestKind::CreatePartitions(req) => ready(ResponseKind::CreatePartitions(
+                handlers::cluster::create_partitions(self, req),
+            )),
+            RequestKind::DescribeCluster(req) => ready(ResponseKind::DescribeCluster(
+                handlers::cluster::describe_cluster(self, req),
+            )),
+            RequestKind::ListOffsets(req) => ready(ResponseKind::ListOffsets(
+                handlers::list_offsets::handle(self, req, version),
+            )),
+            RequestKind::InitProducerId(req) => ready(ResponseKind::InitProducerId(
+                handlers::init_producer_id::handle(self, req),
+            )),
             other => {
                 // The decoder only lets through APIs listed in `versions::SUPPORTED`, and every
                 // one of those has an arm above.
                 tracing::error!(request = ?std::mem::discriminant(&other), "no handler for a supported API");
-                return None;
+                futures::future::ready(None).boxed()
             }
-        })
+        }
     }
 
     fn metadata(
@@ -151,6 +178,10 @@ impl Broker {
 
     pub(crate) fn committer(&self) -> &GroupCommitter {
         &self.committer
+    }
+
+    pub(crate) fn producer_ids(&self) -> &producers::ProducerIds {
+        &self.producer_ids
     }
 
     pub(crate) fn clock(&self) -> &Arc<dyn Clock> {

@@ -16,12 +16,13 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use sluice_log::{Clock, GroupCommitter, LogError, PartitionLog};
 use uuid::Uuid;
 
 use crate::config::{BrokerConfig, TopicConfig};
+use crate::producers::PartitionProducers;
 
 /// Longest topic name Kafka allows.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
@@ -85,6 +86,8 @@ pub struct Topic {
     pub id: Uuid,
     dir: PathBuf,
     partitions: RwLock<Vec<PartitionLog>>,
+    /// Idempotent-producer state, one per partition (same indexes as `partitions`).
+    producers: RwLock<Vec<Arc<Mutex<PartitionProducers>>>>,
     config: RwLock<TopicConfig>,
 }
 
@@ -95,6 +98,15 @@ impl Topic {
         usize::try_from(partition)
             .ok()
             .and_then(|p| partitions.get(p).cloned())
+    }
+
+    /// The idempotent-producer state of `partition`. Hold its lock across the sequence check
+    /// and the append, so both happen as one step.
+    pub fn producers(&self, partition: i32) -> Option<Arc<Mutex<PartitionProducers>>> {
+        let producers = self.producers.read().expect("producers lock");
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| producers.get(p).cloned())
     }
 
     pub fn partition_count(&self) -> i32 {
@@ -116,7 +128,7 @@ pub struct TopicRegistry {
     root: PathBuf,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serialises creates, deletes and config changes (rare), so they never race on disk.
-    admin: std::sync::Mutex<()>,
+    admin: Mutex<()>,
 }
 
 /// Checks a topic name the way Kafka does: 1–249 bytes of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -182,7 +194,7 @@ impl TopicRegistry {
         Ok(TopicRegistry {
             root,
             topics: RwLock::new(topics),
-            admin: std::sync::Mutex::new(()),
+            admin: Mutex::new(()),
         })
     }
 
@@ -336,6 +348,7 @@ impl TopicRegistry {
         )?;
         let log_config = configs.log_config(&broker.log);
         let mut partitions = topic.partitions.write().expect("partitions lock");
+        let mut producers = topic.producers.write().expect("producers lock");
         for p in current..count {
             partitions.push(PartitionLog::open(
                 topic.dir.join(p.to_string()),
@@ -343,17 +356,25 @@ impl TopicRegistry {
                 committer,
                 Arc::clone(clock),
             )?);
+            producers.push(Arc::new(Mutex::new(PartitionProducers::default())));
         }
         tracing::info!(topic = %topic.name, from = current, to = count, "added partitions");
         Ok(())
     }
 
-    /// Closes every partition log cleanly (fsync, indexes, clean-shutdown marker).
+    /// Closes every partition log cleanly (fsync, indexes, clean-shutdown marker) and saves
+    /// its producer state.
     pub fn close_all(&self) {
         for topic in self.all() {
             for (p, log) in topic.partitions().iter().enumerate() {
                 if let Err(e) = log.close() {
                     tracing::error!(topic = %topic.name, partition = p, error = %e, "closing partition log");
+                    continue;
+                }
+                if let Some(state) = topic.producers(p as i32)
+                    && let Err(e) = state.lock().expect("producers lock").save(log)
+                {
+                    tracing::error!(topic = %topic.name, partition = p, error = %e, "saving producer state");
                 }
             }
         }
@@ -370,6 +391,7 @@ fn open_topic(
 ) -> Result<Topic, TopicError> {
     let log_config = meta.configs.log_config(&broker.log);
     let mut partitions = Vec::with_capacity(meta.partitions.max(0) as usize);
+    let mut producers = Vec::with_capacity(partitions.capacity());
     for p in 0..meta.partitions {
         let log = PartitionLog::open(
             dir.join(p.to_string()),
@@ -377,6 +399,7 @@ fn open_topic(
             committer,
             Arc::clone(clock),
         )?;
+        producers.push(Arc::new(Mutex::new(PartitionProducers::load(&log))));
         partitions.push(log);
     }
     Ok(Topic {
@@ -384,6 +407,7 @@ fn open_topic(
         id: meta.id,
         dir: dir.to_owned(),
         partitions: RwLock::new(partitions),
+        producers: RwLock::new(producers),
         config: RwLock::new(meta.configs),
     })
 }

@@ -20,6 +20,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// The supported version range of `api`, if Sluice implements it.

@@ -206,13 +206,14 @@ impl Connection {
                 if self.client_id.is_none() {
                     self.client_id = request.client_id.as_deref().map(str::to_owned);
                 }
-                let broker = Arc::clone(&self.broker);
                 let peer = self.peer;
+                let (api_key, version, correlation_id) =
+                    (request.api_key, request.api_version, request.correlation_id);
+                // Started now, in arrival order (produce appends happen here).
+                let handling = self.broker.handle(request);
                 in_flight.push_back(
                     async move {
-                        let (api_key, version, correlation_id) =
-                            (request.api_key, request.api_version, request.correlation_id);
-                        let response = match broker.handle(request).await {
+                        let response = match handling.await {
                             None => Ok(None),
                             Some(body) => {
                                 let mut out = BytesMut::new();

@@ -6,6 +6,7 @@ pub mod configs;
 pub mod create_topics;
 pub mod delete_topics;
 pub mod fetch;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;

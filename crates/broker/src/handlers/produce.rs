@@ -1,11 +1,19 @@
-//! Produce: append each partition's batches, wait until they are durable, answer.
+//! Produce: append each partition's batches now, in request order, then wait until they are
+//! durable and answer.
+//!
+//! The appends happen when the request is *started* (synchronously, in the order the connection
+//! received requests), not when its future is first polled: a client pipelining several produce
+//! requests relies on them being appended in order, and idempotent producers' sequence checks
+//! depend on it.
 //!
 //! acks=1 and acks=all are the same here (there is one replica): both answer after an
 //! fdatasync covers the batches. acks=0 answers nothing; the batches still become durable at
 //! the next sync round.
 
-use futures::future::join_all;
-use sluice_log::batch::{self, Peek};
+use futures::FutureExt;
+use futures::future::{BoxFuture, join_all};
+use sluice_log::batch::{self, BatchView, Peek};
+use sluice_log::{Appended, PartitionLog};
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
@@ -13,19 +21,25 @@ use sluice_protocol::kafka_protocol::messages::produce_response::{
 use sluice_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
+use crate::producers::{self, Verdict};
+use crate::topics::Topic;
 use crate::{Broker, errors};
 
-pub async fn handle(broker: &Broker, req: ProduceRequest) -> Option<ProduceResponse> {
+/// Bit of the batch attributes that marks a transactional batch.
+const ATTR_TRANSACTIONAL: u16 = 0x10;
+
+/// Appends now; the returned future waits for durability and builds the response (`None` for
+/// acks=0).
+pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<ProduceResponse>> {
     let acks = req.acks;
     let acks_valid = matches!(acks, -1..=1);
     let mut responses = Vec::with_capacity(req.topic_data.len());
     // (topic index, partition index, pending append)
-    let mut pending = Vec::new();
+    let mut pending: Vec<(usize, usize, Appended)> = Vec::new();
     for (ti, topic_data) in req.topic_data.into_iter().enumerate() {
         let topic = broker.topics().get(&topic_data.name.0);
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (pi, data) in topic_data.partition_data.into_iter().enumerate() {
-            let response = PartitionProduceResponse::default().with_index(data.index);
             let refuse = |code: i16, message: String| {
                 PartitionProduceResponse::default()
                     .with_index(data.index)
@@ -46,32 +60,25 @@ pub async fn handle(broker: &Broker, req: ProduceRequest) -> Option<ProduceRespo
                 ));
                 continue;
             };
-            let Some(log) = topic.partition(data.index) else {
-                partitions.push(refuse(
-                    ResponseError::UnknownTopicOrPartition.code(),
-                    format!("topic '{}' has no partition {}", topic.name, data.index),
-                ));
-                continue;
-            };
             let records = data.records.unwrap_or_default();
-            let max = topic
-                .config()
-                .max_message_bytes(broker.config().max_message_bytes);
-            if let Some(size) = oversize_batch(&records, max) {
-                partitions.push(refuse(
-                    ResponseError::MessageTooLarge.code(),
-                    format!("a record batch of {size} bytes exceeds max.message.bytes ({max})"),
-                ));
-                continue;
-            }
-            match log.append(&records) {
-                Ok(appended) => {
+            match append(broker, topic, data.index, &records) {
+                Ok(Outcome::Appended(appended, log_start)) => {
                     pending.push((ti, pi, appended));
-                    partitions.push(response.with_log_start_offset(log.log_start_offset()));
+                    partitions.push(
+                        PartitionProduceResponse::default()
+                            .with_index(data.index)
+                            .with_log_start_offset(log_start),
+                    );
                 }
-                Err(e) => {
-                    tracing::info!(topic = %topic.name, partition = data.index, error = %e, "produce refused");
-                    partitions.push(refuse(errors::log_error_code(&e), e.to_string()));
+                Ok(Outcome::Duplicate(base_offset, log_start)) => partitions.push(
+                    PartitionProduceResponse::default()
+                        .with_index(data.index)
+                        .with_base_offset(base_offset)
+                        .with_log_start_offset(log_start),
+                ),
+                Err((code, message)) => {
+                    tracing::info!(topic = %topic.name, partition = data.index, error = %message, "produce refused");
+                    partitions.push(refuse(code, message));
                 }
             }
         }
@@ -82,21 +89,119 @@ pub async fn handle(broker: &Broker, req: ProduceRequest) -> Option<ProduceRespo
         );
     }
     if acks == 0 {
-        return None;
+        return futures::future::ready(None).boxed();
     }
-    let durable = join_all(pending.iter().map(|(_, _, a)| a.durable())).await;
-    for ((ti, pi, appended), result) in pending.iter().zip(durable) {
-        let slot = &mut responses[*ti].partition_responses[*pi];
-        match result {
-            Ok(d) => slot.base_offset = d.base_offset,
-            Err(e) => {
-                slot.error_code = errors::log_error_code(&e);
-                slot.error_message = Some(str_bytes(e.to_string()));
-                tracing::error!(base_offset = appended.base_offset, error = %e, "append did not become durable");
+    async move {
+        let durable = join_all(pending.iter().map(|(_, _, a)| a.durable())).await;
+        for ((ti, pi, appended), result) in pending.iter().zip(durable) {
+            let slot = &mut responses[*ti].partition_responses[*pi];
+            match result {
+                Ok(d) => slot.base_offset = d.base_offset,
+                Err(e) => {
+                    slot.error_code = errors::log_error_code(&e);
+                    slot.error_message = Some(str_bytes(e.to_string()));
+                    tracing::error!(base_offset = appended.base_offset, error = %e, "append did not become durable");
+                }
             }
         }
+        Some(ProduceResponse::default().with_responses(responses))
     }
-    Some(ProduceResponse::default().with_responses(responses))
+    .boxed()
+}
+
+enum Outcome {
+    /// Appended; (handle, log start offset).
+    Appended(Appended, i64),
+    /// A retry of batches already appended at this base offset.
+    Duplicate(i64, i64),
+}
+
+/// Validates and appends one partition's records, applying idempotent-producer checks.
+fn append(
+    broker: &Broker,
+    topic: &Topic,
+    partition: i32,
+    records: &[u8],
+) -> Result<Outcome, (i16, String)> {
+    let unknown = || {
+        (
+            ResponseError::UnknownTopicOrPartition.code(),
+            format!("topic '{}' has no partition {partition}", topic.name),
+        )
+    };
+    let log: PartitionLog = topic.partition(partition).ok_or_else(unknown)?;
+    let max = topic
+        .config()
+        .max_message_bytes(broker.config().max_message_bytes);
+    if let Some(size) = oversize_batch(records, max) {
+        return Err((
+            ResponseError::MessageTooLarge.code(),
+            format!("a record batch of {size} bytes exceeds max.message.bytes ({max})"),
+        ));
+    }
+    let log_err = |e: sluice_log::LogError| (errors::log_error_code(&e), e.to_string());
+    // The producer of these batches, if idempotent (all batches of one request share it).
+    let first = BatchView::parse(records).ok();
+    let idempotent = first.filter(|v| v.producer_id() >= 0);
+    let Some(first) = idempotent else {
+        let appended = log.append(records).map_err(log_err)?;
+        return Ok(Outcome::Appended(appended, log.log_start_offset()));
+    };
+    if first.attributes() & ATTR_TRANSACTIONAL != 0 {
+        return Err((
+            ResponseError::InvalidRecord.code(),
+            "transactional batches are not supported".to_owned(),
+        ));
+    }
+    let (pid, epoch) = (first.producer_id(), first.producer_epoch());
+    // Every batch's (first, last) sequence; all must be from the same producer and epoch.
+    let mut seqs = Vec::new();
+    let mut rest = records;
+    while !rest.is_empty() {
+        let v =
+            BatchView::parse(rest).map_err(|e| (errors::batch_error_code(&e), e.to_string()))?;
+        if v.producer_id() != pid || v.producer_epoch() != epoch {
+            return Err((
+                ResponseError::InvalidRecord.code(),
+                "all batches of one partition in a request must come from the same producer"
+                    .to_owned(),
+            ));
+        }
+        seqs.push((
+            v.base_sequence(),
+            producers::last_seq(v.base_sequence(), v.record_count()),
+            v.record_count(),
+        ));
+        rest = &rest[v.len()..];
+    }
+    let state = topic.producers(partition).ok_or_else(unknown)?;
+    // Held across check and append: the two are one step for this partition.
+    let mut state = state.lock().expect("producer state lock");
+    match state.check(pid, epoch, seqs[0].0, seqs[0].1) {
+        Verdict::Duplicate { base_offset } => {
+            return Ok(Outcome::Duplicate(base_offset, log.log_start_offset()));
+        }
+        Verdict::Refuse { code, message } => return Err((code, message)),
+        Verdict::Append => {}
+    }
+    for pair in seqs.windows(2) {
+        if pair[1].0 != producers::last_seq(pair[0].1, 2) {
+            return Err((
+                ResponseError::OutOfOrderSequenceNumber.code(),
+                format!(
+                    "batches in one request are not consecutive: {} after {}",
+                    pair[1].0, pair[0].1
+                ),
+            ));
+        }
+    }
+    let appended = log.append(records).map_err(log_err)?;
+    let mut base = appended.base_offset;
+    for (first_seq, last_seq, count) in seqs {
+        state.record(pid, epoch, first_seq, last_seq, base);
+        base += i64::from(count);
+    }
+    Ok(Outcome::Appended(appended, log.log_start_offset()))
 }
 
 /// The size of the first batch in `records` larger than `max` bytes, if any.

@@ -1,0 +1,35 @@
+//! InitProducerId for idempotent producers (transactions are not supported).
+
+use sluice_protocol::kafka_protocol::ResponseError;
+use sluice_protocol::kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+};
+
+use crate::Broker;
+
+pub fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
+    let response = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    if req.transactional_id.is_some() {
+        tracing::info!(
+            "InitProducerId with a transactional id refused: transactions are not supported"
+        );
+        return response.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+    }
+    // A producer that already has an id asks for an epoch bump (KIP-360): same id, epoch + 1.
+    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX {
+        return response
+            .with_producer_id(req.producer_id)
+            .with_producer_epoch(req.producer_epoch + 1);
+    }
+    match broker.producer_ids().allocate() {
+        Ok(id) => response
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0),
+        Err(e) => {
+            tracing::error!(error = %e, "allocating a producer id");
+            response.with_error_code(ResponseError::KafkaStorageError.code())
+        }
+    }
+}

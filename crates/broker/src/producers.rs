@@ -1,0 +1,359 @@
+//! Idempotent producers: producer ids, and per-partition sequence state.
+//!
+//! A producer gets an id and epoch from InitProducerId and numbers its batches per partition.
+//! Each partition remembers, per producer, its epoch and its last [`RECENT_BATCHES`] batches, so
+//! it can tell, for an incoming batch:
+//!
+//! | incoming batch                                   | answer |
+//! |--------------------------------------------------|--------|
+//! | epoch older than the known one                   | INVALID_PRODUCER_EPOCH (fenced) |
+//! | same sequence range as a remembered batch        | duplicate: the original offsets, nothing appended |
+//! | first sequence = last sequence + 1 (same epoch)  | append |
+//! | newer epoch, sequence 0; or unknown producer, sequence 0 | append (new epoch / new producer) |
+//! | unknown producer, sequence ≠ 0                   | UNKNOWN_PRODUCER_ID |
+//! | any other sequence                               | OUT_OF_ORDER_SEQUENCE_NUMBER |
+//!
+//! State survives restarts: a clean shutdown writes a snapshot per partition
+//! (`producers.json`, with the log end offset it covers); opening loads it and replays the
+//! batches appended after it, or the whole log when there is no usable snapshot.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use sluice_log::PartitionLog;
+use sluice_log::batch::BatchView;
+use sluice_protocol::kafka_protocol::ResponseError;
+
+/// Batches remembered per producer and partition: Kafka clients keep at most 5 requests in
+/// flight per connection with idempotence, so a retry is always one of the last 5.
+pub const RECENT_BATCHES: usize = 5;
+/// Producers remembered per partition; the least recently active is forgotten past this.
+pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
+/// Producer ids reserved (and persisted) at a time.
+const ID_BLOCK: i64 = 1000;
+const SNAPSHOT_FILE: &str = "producers.json";
+
+/// Allocates producer ids that are never reused, even across restarts.
+#[derive(Debug)]
+pub struct ProducerIds {
+    path: PathBuf,
+    /// (next id to hand out, first id not yet reserved on disk)
+    state: Mutex<(i64, i64)>,
+}
+
+impl ProducerIds {
+    pub fn open(data_dir: &Path) -> std::io::Result<ProducerIds> {
+        let path = data_dir.join("producer-ids");
+        let reserved = match fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse::<i64>().map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        // Ids below `reserved` may have been handed out before a crash: start after them.
+        Ok(ProducerIds {
+            path,
+            state: Mutex::new((reserved, reserved)),
+        })
+    }
+
+    pub fn allocate(&self) -> std::io::Result<i64> {
+        let mut state = self.state.lock().expect("producer ids lock");
+        if state.0 == state.1 {
+            let reserved = state.1 + ID_BLOCK;
+            write_atomically(&self.path, reserved.to_string().as_bytes())?;
+            state.1 = reserved;
+        }
+        let id = state.0;
+        state.0 += 1;
+        Ok(id)
+    }
+}
+
+/// One remembered batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct BatchRecord {
+    first_seq: i32,
+    last_seq: i32,
+    base_offset: i64,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct ProducerEntry {
+    epoch: i16,
+    recent: VecDeque<BatchRecord>,
+    /// Offset of the newest batch, for forgetting the least recently active producer.
+    last_offset: i64,
+}
+
+/// What to do with an incoming idempotent batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Append,
+    /// Already appended at this base offset: answer with it, append nothing.
+    Duplicate {
+        base_offset: i64,
+    },
+    Refuse {
+        code: i16,
+        message: String,
+    },
+}
+
+/// The producer state of one partition.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct PartitionProducers {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+/// The sequence number after `seq` (sequences wrap from i32::MAX to 0).
+fn next_seq(seq: i32) -> i32 {
+    if seq == i32::MAX { 0 } else { seq + 1 }
+}
+
+/// The last sequence of a batch starting at `first` with `count` records.
+pub fn last_seq(first: i32, count: i32) -> i32 {
+    ((i64::from(first) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)) as i32
+}
+
+impl PartitionProducers {
+    pub fn check(&self, producer_id: i64, epoch: i16, first_seq: i32, last_seq: i32) -> Verdict {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return if first_seq == 0 {
+                Verdict::Append
+            } else {
+                Verdict::Refuse {
+                    code: ResponseError::UnknownProducerId.code(),
+                    message: format!(
+                        "producer {producer_id} is unknown here and its batch starts at sequence {first_seq}, not 0"
+                    ),
+                }
+            };
+        };
+        if epoch < entry.epoch {
+            return Verdict::Refuse {
+                code: ResponseError::InvalidProducerEpoch.code(),
+                message: format!(
+                    "producer {producer_id} epoch {epoch} is fenced by epoch {}",
+                    entry.epoch
+                ),
+            };
+        }
+        if epoch > entry.epoch {
+            return if first_seq == 0 {
+                Verdict::Append
+            } else {
+                Verdict::Refuse {
+                    code: ResponseError::OutOfOrderSequenceNumber.code(),
+                    message: format!(
+                        "producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}"
+                    ),
+                }
+            };
+        }
+        if let Some(b) = entry
+            .recent
+            .iter()
+            .find(|b| b.first_seq == first_seq && b.last_seq == last_seq)
+        {
+            return Verdict::Duplicate {
+                base_offset: b.base_offset,
+            };
+        }
+        let expected = entry.recent.back().map_or(0, |b| next_seq(b.last_seq));
+        if first_seq == expected {
+            Verdict::Append
+        } else {
+            Verdict::Refuse {
+                code: ResponseError::OutOfOrderSequenceNumber.code(),
+                message: format!(
+                    "producer {producer_id} epoch {epoch}: expected sequence {expected}, got {first_seq}"
+                ),
+            }
+        }
+    }
+
+    /// Records an appended batch.
+    pub fn record(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+        base_offset: i64,
+    ) {
+        if !self.producers.contains_key(&producer_id)
+            && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
+        {
+            // Forget the least recently active producer; it would get UNKNOWN_PRODUCER_ID and
+            // reset its sequence, as after Kafka's producer id expiry.
+            if let Some(oldest) = self
+                .producers
+                .iter()
+                .min_by_key(|(_, e)| e.last_offset)
+                .map(|(id, _)| *id)
+            {
+                self.producers.remove(&oldest);
+            }
+        }
+        let entry = self.producers.entry(producer_id).or_default();
+        if epoch != entry.epoch {
+            entry.recent.clear();
+            entry.epoch = epoch;
+        }
+        if entry.recent.len() == RECENT_BATCHES {
+            entry.recent.pop_front();
+        }
+        entry.recent.push_back(BatchRecord {
+            first_seq,
+            last_seq,
+            base_offset,
+        });
+        entry.last_offset = base_offset;
+    }
+
+    /// Remembers every idempotent batch in `records` (whole batches with assigned offsets).
+    fn replay(&mut self, mut records: &[u8]) -> i64 {
+        let mut next = -1;
+        while let Ok(view) = BatchView::parse(records) {
+            if view.producer_id() >= 0 {
+                let first = view.base_sequence();
+                self.record(
+                    view.producer_id(),
+                    view.producer_epoch(),
+                    first,
+                    last_seq(first, view.record_count()),
+                    view.base_offset(),
+                );
+            }
+            next = view.last_offset() + 1;
+            records = &records[view.len()..];
+        }
+        next
+    }
+
+    /// Loads the state of `log`: its snapshot if it is usable, then the batches after it.
+    pub fn load(log: &PartitionLog) -> PartitionProducers {
+        let path = log.dir().join(SNAPSHOT_FILE);
+        let end = log.high_watermark();
+        let (mut state, mut offset) = match fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok())
+        {
+            Some(s) if s.offset <= end && s.offset >= log.log_start_offset() => (s.state, s.offset),
+            _ => (PartitionProducers::default(), log.log_start_offset()),
+        };
+        while offset < end {
+            match log.read(offset, 1 << 20) {
+                Ok(r) if !r.records.is_empty() => {
+                    let next = state.replay(&r.records);
+                    if next <= offset {
+                        break;
+                    }
+                    offset = next;
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::error!(partition = %log.dir().display(), error = %e, "rebuilding producer state");
+                    break;
+                }
+            }
+        }
+        state
+    }
+
+    /// Writes the snapshot for a log whose end is `offset` (at clean shutdown).
+    pub fn save(&self, log: &PartitionLog) -> std::io::Result<()> {
+        let snapshot = SnapshotRef {
+            offset: log.log_end_offset(),
+            state: self,
+        };
+        let bytes = serde_json::to_vec(&snapshot).expect("producer state serialises");
+        write_atomically(&log.dir().join(SNAPSHOT_FILE), &bytes)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Snapshot {
+    offset: i64,
+    state: PartitionProducers,
+}
+
+#[derive(serde::Serialize)]
+struct SnapshotRef<'a> {
+    offset: i64,
+    state: &'a PartitionProducers,
+}
+
+/// Temporary file, fsync, rename, fsync the directory.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_decision_table() {
+        let mut s = PartitionProducers::default();
+        assert_eq!(s.check(7, 0, 0, 4), Verdict::Append);
+        assert!(
+            matches!(s.check(7, 0, 3, 4), Verdict::Refuse { code, .. } if code == ResponseError::UnknownProducerId.code())
+        );
+        s.record(7, 0, 0, 4, 100);
+        assert_eq!(s.check(7, 0, 0, 4), Verdict::Duplicate { base_offset: 100 });
+        assert_eq!(s.check(7, 0, 5, 9), Verdict::Append);
+        assert!(
+            matches!(s.check(7, 0, 6, 9), Verdict::Refuse { code, .. } if code == ResponseError::OutOfOrderSequenceNumber.code())
+        );
+        s.record(7, 1, 0, 0, 105);
+        assert!(
+            matches!(s.check(7, 0, 5, 9), Verdict::Refuse { code, .. } if code == ResponseError::InvalidProducerEpoch.code())
+        );
+        assert!(
+            matches!(s.check(7, 2, 1, 1), Verdict::Refuse { code, .. } if code == ResponseError::OutOfOrderSequenceNumber.code())
+        );
+        assert_eq!(s.check(7, 2, 0, 0), Verdict::Append);
+        // Only the last RECENT_BATCHES are remembered.
+        for i in 1..=6 {
+            s.record(7, 1, i, i, 105 + i64::from(i));
+        }
+        assert!(matches!(s.check(7, 1, 1, 1), Verdict::Refuse { .. }));
+        assert_eq!(s.check(7, 1, 6, 6), Verdict::Duplicate { base_offset: 111 });
+    }
+
+    #[test]
+    fn sequences_wrap() {
+        assert_eq!(last_seq(i32::MAX, 1), i32::MAX);
+        assert_eq!(last_seq(i32::MAX, 2), 0);
+        assert_eq!(next_seq(i32::MAX), 0);
+    }
+
+    #[test]
+    fn ids_are_never_reused_across_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        let a = ids.allocate().unwrap();
+        let b = ids.allocate().unwrap();
+        assert!(b > a);
+        drop(ids);
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        assert!(ids.allocate().unwrap() > b);
+    }
+}
