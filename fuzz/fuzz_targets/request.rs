@@ -1,0 +1,39 @@
+//! Fuzz target for the Kafka request path: framing, header and body decoding, and the broker's
+//! handlers, on arbitrary bytes. Any panic is a bug (client input must never crash the broker).
+//!
+//! Run: `cargo install cargo-fuzz && cd fuzz && cargo +nightly fuzz run request`
+#![no_main]
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use sluice_broker::{Broker, BrokerConfig};
+use sluice_protocol::{codec, frame};
+
+fn broker() -> &'static Arc<Broker> {
+    static BROKER: OnceLock<(tempfile::TempDir, Arc<Broker>)> = OnceLock::new();
+    &BROKER
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let broker = Broker::open(BrokerConfig::new(dir.path())).expect("open broker");
+            (dir, Arc::new(broker))
+        })
+        .1
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(Some(size)) = frame::check(data, 1 << 20) else {
+        return;
+    };
+    let body = Bytes::copy_from_slice(&data[frame::SIZE_PREFIX_BYTES..size]);
+    if let Ok(request) = codec::decode_request(body) {
+        // Handlers must answer bad input with error codes, never panic. Long polls are cut
+        // short by the broker's fetch wait limit only, so skip waiting on them here.
+        let handling = broker().handle(request);
+        let _ = futures::executor::block_on(futures::future::select(
+            handling,
+            futures::future::ready(()),
+        ));
+    }
+});
