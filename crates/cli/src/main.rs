@@ -1,6 +1,11 @@
 //! The `sluice` binary: the broker (`serve`) and the everyday commands around it.
 
+mod client;
+mod consume;
+mod produce;
+mod records;
 mod serve;
+mod topic;
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +22,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Serve(serve::ServeArgs),
+    Topic(topic::TopicArgs),
+    Produce(produce::ProduceArgs),
+    Consume(consume::ConsumeArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -31,6 +39,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Topic(args) => topic::run(args),
+        Command::Produce(args) => produce::run(args),
+        Command::Consume(args) => consume::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
