@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs Sluice's whole test suite: formatting, lints, unit, property, recovery and crash tests.
+# Runs Sluice's whole test suite: formatting, lints, unit, property, recovery and crash tests,
+# black-box tests of the binary, and the real-client compatibility suite (compat/).
 # Installs what it needs (idempotently); safe to run on a fresh clone.
 #
-#   scripts/test.sh            # everything in the default suite
-#   SLUICE_TEST_QUICK=1 scripts/test.sh   # skip fmt/clippy (inner dev loop)
+#   scripts/test.sh                            # everything in the default suite
+#   SLUICE_TEST_QUICK=1 scripts/test.sh        # skip fmt/clippy (inner dev loop)
+#   SLUICE_TEST_SKIP_COMPAT=1 scripts/test.sh  # skip the real-client suite
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +41,16 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
-# One overall line (cargo prints one per test binary, the last being doc-tests).
+
+# Real Kafka clients (kcat, confluent-kafka, kafka-python, Java kafka-clients) against the
+# binary cargo just built. compat/run.sh installs what it needs.
+if [ "$status" -eq 0 ] && [ -z "${SLUICE_TEST_SKIP_COMPAT:-}" ]; then
+  echo "==> compat/run.sh (real Kafka clients)"
+  SLUICE_BIN="$PWD/target/debug/sluice" compat/run.sh 2>&1 | tee -a "$log" || status=$?
+fi
+
+# One overall line: cargo prints one per test binary (the last being doc-tests), pytest one.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     /^=+ .*(passed|failed).* in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^skipped/) s += $i; if ($(i+1) ~ /^errors?/) f += $i } }
      END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 exit "$status"

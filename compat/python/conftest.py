@@ -1,0 +1,517 @@
+"""The broker under test for the compatibility suite, as one session-scoped fixture.
+
+Three ways to get a broker (pytest options):
+
+  --target sluice          (default) build/start `sluice serve` on free ports, stop it at the end
+  --target kafka-baseline  start a fresh Apache Kafka from ../shared/kafka-baseline on free ports,
+                           to check the suite itself against the reference implementation
+  --bootstrap HOST:PORT    use a broker that is already running; start nothing
+
+Tests ask for `bootstrap` ("127.0.0.1:NNNNN"). A broker this file started is always stopped
+by its own PID (SIGTERM, then SIGKILL after 10 s) and its temporary directory removed, also
+when tests fail or time out. Its output is kept in compat/.logs/ for reading after a failure.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+COMPAT_DIR = Path(__file__).resolve().parent.parent
+REPO_ROOT = COMPAT_DIR.parent
+LOG_DIR = COMPAT_DIR / ".logs"
+CACHE_DIR = COMPAT_DIR / ".cache"
+
+SLUICE_READY_S = 30  # how long `sluice serve` may take to print its listening line
+SLUICE_STOP_S = 10  # SIGTERM grace period before SIGKILL
+CARGO_BUILD_S = 1800  # a cold debug build of the workspace on 2 cores
+MAVEN_FETCH_S = 900  # first download of Kafka's jars into ~/.m2
+KAFKA_START_S = 120  # start.sh itself gives up after 60 s
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("sluice-compat", "Sluice compatibility suite")
+    group.addoption(
+        "--target",
+        choices=("sluice", "kafka-baseline"),
+        default="sluice",
+        help="broker to start for the tests (default: sluice)",
+    )
+    group.addoption(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        default=None,
+        help="use this already running broker instead of starting one",
+    )
+    group.addoption(
+        "--kafka-request-log",
+        action="store_true",
+        help="kafka-baseline only: have Kafka log every request and write the API keys and "
+        "versions each client used to compat/.logs/kafka-api-usage.txt",
+    )
+
+
+def pytest_report_header(config):
+    bootstrap = config.getoption("--bootstrap")
+    target = config.getoption("--target")
+    if bootstrap:
+        lines = [f"compat target: already running broker at {bootstrap} (--target {target})"]
+    else:
+        lines = [f"compat target: {target} (started by the suite; logs in {LOG_DIR})"]
+    return lines + [f"compat clients: {client_versions()}"]
+
+
+def client_versions() -> str:
+    found = []
+    try:
+        out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=10).stdout
+        m = re.search(r"Version (\S+).*?librdkafka (\S+)", out, re.S)
+        found.append(f"kcat {m.group(1)} (librdkafka {m.group(2)})" if m else "kcat ?")
+    except (OSError, subprocess.TimeoutExpired):
+        found.append("kcat missing")
+    try:
+        import confluent_kafka
+
+        found.append(f"confluent-kafka {confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})")
+    except ImportError:
+        found.append("confluent-kafka missing")
+    try:
+        import kafka
+
+        found.append(f"kafka-python {kafka.__version__}")
+    except ImportError:
+        found.append("kafka-python missing")
+    pom = (COMPAT_DIR / "java" / "pom.xml").read_text()
+    m = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
+    found.append(f"kafka-clients {m.group(1) if m else '?'} (Java)")
+    return ", ".join(found)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_for_port(host: str, port: int, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def _die_with_parent():
+    """preexec_fn: the kernel sends SIGTERM to the broker if pytest itself dies (even SIGKILL)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+# --------------------------------------------------------------------------- brokers
+
+
+class ExternalBroker:
+    """A broker someone else started (--bootstrap). Nothing to start or stop."""
+
+    def __init__(self, bootstrap: str, target: str):
+        self.bootstrap = bootstrap
+        self.target = target
+
+    def exit_problem(self) -> str | None:
+        return None
+
+    def stop(self):
+        pass
+
+
+class SluiceBroker:
+    """`sluice serve` on free ports with a temporary data directory."""
+
+    target = "sluice"
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.data_dir: str | None = None
+        self.bootstrap: str | None = None
+        self.log_path = LOG_DIR / "sluice-serve.log"
+        self._reader: threading.Thread | None = None
+        self._stopped = False
+
+    @staticmethod
+    def binary() -> Path:
+        """SLUICE_BIN if set; else target/debug/sluice, (re)built with cargo so it is never stale."""
+        explicit = os.environ.get("SLUICE_BIN")
+        if explicit:
+            path = Path(explicit)
+            path = path if path.is_absolute() else REPO_ROOT / path
+            if not path.exists():
+                raise RuntimeError(f"SLUICE_BIN={explicit} does not exist")
+            return path
+        path = REPO_ROOT / "target" / "debug" / "sluice"
+        build_log = LOG_DIR / "cargo-build.log"
+        # A no-op taking about a second when the binary is up to date.
+        with open(build_log, "wb") as out:
+            try:
+                rc = subprocess.run(
+                    ["cargo", "build", "--bin", "sluice"],
+                    cwd=REPO_ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=CARGO_BUILD_S,
+                ).returncode
+            except (OSError, subprocess.TimeoutExpired) as e:
+                rc = repr(e)
+        if rc != 0 or not path.exists():
+            raise RuntimeError(
+                f"`cargo build --bin sluice` failed ({rc}); no broker to test. "
+                f"Last lines of {build_log}:\n{tail(build_log, 30)}"
+            )
+        return path
+
+    def start(self):
+        binary = self.binary()
+        self.data_dir = tempfile.mkdtemp(prefix="sluice-compat-")
+        cmd = [str(binary), "serve", "--data-dir", self.data_dir, "--kafka-addr", "127.0.0.1:0"]
+        # The HTTP API may come later than the Kafka listener; pass its flag once serve has it.
+        try:
+            usage = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30)
+            if "--http-addr" in usage.stdout + usage.stderr:
+                cmd += ["--http-addr", "127.0.0.1:0"]
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # starting it below reports the problem
+        log = open(self.log_path, "wb")
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=self.data_dir,
+            preexec_fn=_die_with_parent,
+        )
+        found = threading.Event()
+        pattern = re.compile(rb"kafka listening on (127\.0\.0\.1:\d+)")
+
+        def read_output():
+            # Drain the broker's output for its whole life (so it never blocks on a full pipe).
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                m = pattern.search(line)
+                if m and not found.is_set():
+                    self.bootstrap = m.group(1).decode()
+                    found.set()
+            log.close()
+
+        self._reader = threading.Thread(target=read_output, name="sluice-output", daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + SLUICE_READY_S
+        while not found.is_set() and time.monotonic() < deadline and self.proc.poll() is None:
+            found.wait(0.1)
+        if not found.is_set():
+            why = (
+                f"exited with status {self.proc.returncode}"
+                if self.proc.poll() is not None
+                else f"printed no 'kafka listening on 127.0.0.1:PORT' line within {SLUICE_READY_S} s"
+            )
+            self.stop()
+            raise RuntimeError(f"sluice serve {why}. Output:\n{tail(self.log_path)}")
+        host, port = self.bootstrap.rsplit(":", 1)
+        if not wait_for_port(host, int(port), time.monotonic() + 10):
+            self.stop()
+            raise RuntimeError(f"sluice said it listens on {self.bootstrap} but it does not accept connections")
+
+    def exit_problem(self) -> str | None:
+        if self.proc is not None and not self._stopped and self.proc.poll() is not None:
+            return f"sluice serve exited with status {self.proc.returncode}:\n{tail(self.log_path)}"
+        return None
+
+    def stop(self):
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(SLUICE_STOP_S)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
+            if self._reader is not None:
+                self._reader.join(5)
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class KafkaBaselineBroker:
+    """A fresh Apache Kafka started with ../shared/kafka-baseline/start.sh in a temporary KB_HOME.
+
+    The baseline directory may be read-only, so its jars are fetched into compat/.cache/ from a
+    copy of its pom.xml unless the baseline already has a lib/ of its own.
+    """
+
+    target = "kafka-baseline"
+
+    def __init__(self, request_log: bool):
+        self.kb_dir = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
+        self.request_log = request_log
+        self.kb_home: str | None = None
+        self.env: dict | None = None
+        self.bootstrap: str | None = None
+        self.pid: int | None = None
+        self._stopped = False
+
+    def lib_dir(self) -> Path:
+        own = self.kb_dir / "lib"
+        if list(own.glob("kafka_2.13-*.jar")) and list(own.glob("kafka-tools-[0-9]*.jar")):
+            return own
+        cache = CACHE_DIR / "kafka-baseline"
+        cache.mkdir(parents=True, exist_ok=True)
+        pom = (self.kb_dir / "pom.xml").read_bytes()
+        if not (cache / "pom.xml").exists() or (cache / "pom.xml").read_bytes() != pom:
+            (cache / "pom.xml").write_bytes(pom)
+            shutil.rmtree(cache / "lib", ignore_errors=True)
+        if not list((cache / "lib").glob("kafka-tools-[0-9]*.jar")):
+            r = subprocess.run(
+                ["mvn", "-B", "-q", "-Dstyle.color=never", "dependency:copy-dependencies"],
+                cwd=cache,
+                capture_output=True,
+                text=True,
+                timeout=MAVEN_FETCH_S,
+            )
+            if r.returncode != 0:
+                raise RuntimeError(f"fetching Kafka's jars failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+        return cache / "lib"
+
+    def _script(self, name: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(self.kb_dir / name), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self):
+        if not (self.kb_dir / "start.sh").exists():
+            raise RuntimeError(f"no Kafka baseline at {self.kb_dir} (set KAFKA_BASELINE_DIR)")
+        lib = self.lib_dir()
+        self.kb_home = tempfile.mkdtemp(prefix="compat-kafka-")
+        port, controller_port = free_ports(2)
+        self.env = dict(
+            os.environ,
+            KB_HOME=self.kb_home,
+            KB_LIB=str(lib),
+            KAFKA_PORT=str(port),
+            KAFKA_CONTROLLER_PORT=str(controller_port),
+        )
+        try:
+            r = self._script("start.sh", "--fresh", timeout=KAFKA_START_S)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise RuntimeError("Kafka did not start in time")
+        if r.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"Kafka did not start:\n{r.stdout}\n{r.stderr}")
+        self.pid = int((Path(self.kb_home) / "kafka.pid").read_text().strip())
+        self.bootstrap = f"127.0.0.1:{port}"
+        if self.request_log:
+            self._set_request_logger("DEBUG", lib)
+
+    def _set_request_logger(self, level: str, lib: Path):
+        r = subprocess.run(
+            [
+                "java",
+                "-Xmx256m",
+                f"-Dlog4j2.configurationFile={self.kb_dir / 'config' / 'tools-log4j2.xml'}",
+                "-cp",
+                f"{lib}/*",
+                "kafka.admin.ConfigCommand",
+                "--bootstrap-server",
+                self.bootstrap,
+                "--entity-type",
+                "broker-loggers",
+                "--entity-name",
+                "1",
+                "--alter",
+                "--add-config",
+                f"kafka.request.logger={level}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"could not enable Kafka's request log:\n{r.stdout}{r.stderr}")
+
+    def exit_problem(self) -> str | None:
+        if self.pid is None or self._stopped:
+            return None
+        try:
+            os.kill(self.pid, 0)
+            return None
+        except ProcessLookupError:
+            return f"Kafka (pid {self.pid}) is no longer running; see {LOG_DIR / 'kafka-server.log'}"
+
+    def stop(self):
+        if self._stopped or self.kb_home is None:
+            return
+        self._stopped = True
+        try:
+            self._script("stop.sh", "--clean", timeout=60)
+        except subprocess.TimeoutExpired:
+            if self.pid is not None:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        logs = Path(self.kb_home) / "logs"
+        server_log = logs / "server.log"
+        if server_log.exists():
+            shutil.copy(server_log, LOG_DIR / "kafka-server.log")
+            if self.request_log:
+                summarize_request_log(sorted(logs.glob("server.log*")), LOG_DIR / "kafka-api-usage.txt")
+        shutil.rmtree(self.kb_home, ignore_errors=True)
+
+
+# Names of the API keys a client may send (Kafka protocol numbering).
+API_NAMES = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
+    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions",
+    19: "CreateTopics", 20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId",
+    23: "OffsetForLeaderEpoch", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
+    28: "TxnOffsetCommit", 32: "DescribeConfigs", 33: "AlterConfigs", 35: "DescribeLogDirs",
+    36: "SaslAuthenticate", 37: "CreatePartitions", 42: "DeleteGroups",
+    44: "IncrementalAlterConfigs", 47: "OffsetDelete", 48: "DescribeClientQuotas",
+    50: "DescribeUserScramCredentials", 60: "DescribeCluster", 61: "DescribeProducers",
+    65: "DescribeTransactions", 66: "ListTransactions", 68: "ConsumerGroupHeartbeat",
+    69: "ConsumerGroupDescribe", 71: "GetTelemetrySubscriptions", 72: "PushTelemetry",
+    75: "DescribeTopicPartitions",
+}
+
+
+def summarize_request_log(paths: list[Path], out: Path):
+    """Write, per client.id prefix, each API key and the versions Kafka saw in requests."""
+    header = re.compile(r'"requestApiKey":(\d+),"requestApiVersion":(\d+),"correlationId":-?\d+,"clientId":"([^"]*)"')
+    seen: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for path in paths:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if "Completed request" not in line:
+                    continue
+                m = header.search(line)
+                if m and m.group(3).startswith("compat-"):  # the suite's clients, not Kafka's own
+                    key, version, client = int(m.group(1)), int(m.group(2)), m.group(3)
+                    # Tests name their clients compat-<client>-<role>-<run>; group by client and role.
+                    client = re.sub(r"-[0-9a-f]{8}$", "", client)
+                    seen[client][key].add(version)
+    with open(out, "w") as f:
+        f.write("API keys and versions Apache Kafka received, by client.id (from its request log)\n")
+        for client in sorted(seen):
+            f.write(f"\n{client}\n")
+            for key in sorted(seen[client]):
+                versions = ",".join(str(v) for v in sorted(seen[client][key]))
+                f.write(f"  {key:3d} {API_NAMES.get(key, '?'):24s} v{versions}\n")
+    (out.with_suffix(".json")).write_text(
+        json.dumps({c: {str(k): sorted(v) for k, v in ks.items()} for c, ks in seen.items()}, indent=1)
+    )
+
+
+# --------------------------------------------------------------------------- fixtures
+
+_started = None  # the broker of this session, once started
+_died_during = None  # node id of the test during which the broker process exited
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def broker(request):
+    """The broker under test (started once per session unless --bootstrap is given)."""
+    global _started
+    config = request.config
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    bootstrap = config.getoption("--bootstrap")
+    target = config.getoption("--target")
+    if bootstrap:
+        b = ExternalBroker(bootstrap, target)
+    elif target == "kafka-baseline":
+        b = KafkaBaselineBroker(request_log=config.getoption("--kafka-request-log"))
+    else:
+        b = SluiceBroker()
+    # Stop the broker however this process ends: normal teardown, atexit, or SIGTERM/SIGHUP
+    # (turned into KeyboardInterrupt so that teardown and atexit run).
+    atexit.register(b.stop)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_keyboard_interrupt)
+    if not isinstance(b, ExternalBroker):
+        try:
+            b.start()
+        except Exception:
+            b.stop()
+            raise
+    _started = b
+    yield b
+    _started = None
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker) -> str:
+    return broker.bootstrap
+
+
+@pytest.fixture(autouse=True)
+def _broker_survived_the_test(request):
+    """Fail the test during which the broker process died (with its last output), and every
+    test after it at once, instead of letting each one time out against a dead port."""
+    global _died_during
+    if _died_during:
+        pytest.fail(f"the broker exited during {_died_during}; nothing to test against", pytrace=False)
+    yield
+    if _started is not None:
+        problem = _started.exit_problem()
+        if problem:
+            _died_during = request.node.nodeid
+            pytest.fail(problem, pytrace=False)

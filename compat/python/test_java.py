@@ -1,0 +1,100 @@
+"""The Java kafka-clients tests (compat/java, Maven + JUnit 5), reported here one pytest test each.
+
+Maven runs once for all of them (`mvn -B -q test -Dsluice.bootstrap=...`); each pytest test
+then reports its JUnit test's outcome from the Surefire XML reports. A JUnit test skipped
+because an earlier step failed shows as skipped here too. Maven's own output is kept in
+compat/.logs/maven-test.log.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+COMPAT_DIR = Path(__file__).resolve().parent.parent
+LOG_DIR = COMPAT_DIR / ".logs"
+JAVA_DIR = COMPAT_DIR / "java"
+REPORTS = JAVA_DIR / "target" / "surefire-reports"
+MAVEN_TEST_S = 600  # compile + both test classes; the first run also downloads dependencies
+
+
+def java_tests() -> list[tuple[str, str]]:
+    """(class, method) of every @Test in compat/java, read from the sources, in file order."""
+    tests = []
+    pattern = re.compile(r"@Test\b(?:\s*@\w+(?:\([^)]*\))?)*\s+(?:public\s+)?void\s+(\w+)\s*\(")
+    for src in sorted((JAVA_DIR / "src" / "test" / "java").rglob("*Test.java")):
+        package = re.search(r"^package\s+([\w.]+);", src.read_text(), re.M)
+        cls = (package.group(1) + "." if package else "") + src.stem
+        tests += [(cls, m) for m in pattern.findall(src.read_text())]
+    return tests
+
+
+class MavenRun:
+    def __init__(self, returncode, results: dict, log: Path):
+        self.returncode = returncode
+        self.results = results  # (class, method) -> (outcome, message)
+        self.log = log
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no Maven output)"
+
+
+def read_reports() -> dict:
+    results = {}
+    for xml in REPORTS.glob("TEST-*.xml"):
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            key = (case.get("classname"), case.get("name", "").split("(")[0])
+            outcome, message = "passed", ""
+            for kind in ("failure", "error", "skipped"):
+                el = case.find(kind)
+                if el is not None:
+                    outcome = "skipped" if kind == "skipped" else "failed"
+                    message = (el.get("message") or "") + ("\n" + el.text.strip() if el.text and kind != "skipped" else "")
+                    break
+            results[key] = (outcome, message)
+    return results
+
+
+@pytest.fixture(scope="module")
+def maven_run(bootstrap) -> MavenRun:
+    if shutil.which("mvn") is None:
+        pytest.fail("mvn is not installed (compat/run.sh installs it)", pytrace=False)
+    shutil.rmtree(REPORTS, ignore_errors=True)
+    log = LOG_DIR / "maven-test.log"
+    cmd = ["mvn", "-B", "-q", "-Dstyle.color=never", "test", f"-Dsluice.bootstrap={bootstrap}"]
+    with open(log, "wb") as out:
+        try:
+            rc = subprocess.run(
+                cmd,
+                cwd=JAVA_DIR,
+                env=dict(os.environ, SLUICE_BOOTSTRAP=bootstrap),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=MAVEN_TEST_S,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            rc = f"timed out after {MAVEN_TEST_S} s"
+    return MavenRun(rc, read_reports(), log)
+
+
+@pytest.mark.parametrize("cls,method", java_tests(), ids=lambda v: v.rsplit(".", 1)[-1])
+def test_java(maven_run, cls, method):
+    result = maven_run.results.get((cls, method))
+    if result is None:
+        pytest.fail(
+            f"no JUnit result for {cls}.{method} (mvn exit status {maven_run.returncode}); "
+            f"last lines of {maven_run.log}:\n{maven_run.log_tail()}",
+            pytrace=False,
+        )
+    outcome, message = result
+    if outcome == "skipped":
+        pytest.skip(message or "skipped by JUnit")
+    if outcome == "failed":
+        pytest.fail(message, pytrace=False)

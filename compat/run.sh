@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Real-client compatibility suite: kcat, confluent-kafka, kafka-python and the Java kafka-clients
+# against one broker. Installs what it needs (idempotent, a few seconds when already installed),
+# then runs pytest, which also runs the Java tests through Maven.
+#
+#   compat/run.sh                              # against `sluice serve`, started (and built) by the suite
+#   compat/run.sh --target kafka-baseline      # against a fresh Apache Kafka: checks the suite itself
+#   compat/run.sh --bootstrap 127.0.0.1:9092   # against a broker that is already running
+#   compat/run.sh -k kcat                      # any pytest arguments (paths relative to compat/python/)
+#
+# Environment: SLUICE_BIN (broker binary; default target/debug/sluice, built with cargo),
+# KAFKA_BASELINE_DIR (default ../shared/kafka-baseline), PYTHON (default python3).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# Install Debian packages; refresh the package lists only if the first attempt fails.
+apt_install() {
+  echo "compat: installing $* (apt-get)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get install -y -qq "$@" >/dev/null 2>&1 \
+    || { as_root apt-get update -qq && as_root apt-get install -y -qq "$@" >/dev/null; }
+}
+
+need kcat || apt_install kcat
+need java || apt_install openjdk-17-jdk-headless
+need mvn || apt_install maven
+
+# Python clients in compat/.venv at the versions pinned in requirements.txt.
+py="${PYTHON:-python3}"
+need "$py" || apt_install python3 python3-venv
+want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements.sha256 2>/dev/null)" != "$want" ]; then
+  echo "compat: setting up compat/.venv (pip install -r requirements.txt)" >&2
+  if [ ! -x .venv/bin/python ]; then
+    "$py" -m venv .venv 2>/dev/null || { rm -rf .venv; apt_install python3-venv; "$py" -m venv .venv; }
+  fi
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" >.venv/.requirements.sha256
+fi
+
+# Java dependencies and a compiled test tree, once per pom.xml (Maven caches them in ~/.m2).
+# A failure here is not fatal: the Java tests run Maven again and report what went wrong.
+want="$(sha256sum <java/pom.xml | cut -d' ' -f1)"
+if [ "$(cat .cache/maven.sha256 2>/dev/null)" != "$want" ]; then
+  echo "compat: fetching Java dependencies (mvn)" >&2
+  mkdir -p .cache
+  # (sed: Maven 3.8 prints colour resets even in batch mode)
+  if (cd java && mvn -B -q -Dstyle.color=never -DskipTests test 2>&1 | sed 's/\x1b\[[0-9;]*m//g'); then
+    echo "$want" >.cache/maven.sha256
+  else
+    echo "compat: warning: mvn could not prepare the Java tests; test_java.py will report it" >&2
+  fi
+fi
+
+cd python  # pytest.ini and conftest.py live here
+exec ../.venv/bin/python -m pytest "$@"
