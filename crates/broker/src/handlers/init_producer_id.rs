@@ -11,7 +11,12 @@ pub fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResp
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    if req.transactional_id.is_some() {
+    // Idempotent producers send a null transactional id; treat an empty one the same.
+    if req
+        .transactional_id
+        .as_ref()
+        .is_some_and(|id| !id.0.is_empty())
+    {
         tracing::info!(
             "InitProducerId with a transactional id refused: transactions are not supported"
         );
