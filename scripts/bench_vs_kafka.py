@@ -225,6 +225,10 @@ def summarize(results):
 
 
 if __name__ == "__main__":
+    # Stop the brokers this script started (the `finally` in main) on SIGTERM or SIGINT, even
+    # when started in the background, where SIGINT is ignored by default.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if len(sys.argv) > 1 and sys.argv[1] == "--summarize":
         summarize(OUT / "results.jsonl")
     else:
