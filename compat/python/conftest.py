@@ -7,7 +7,8 @@ Three ways to get a broker (pytest options):
                            to check the suite itself against the reference implementation
   --bootstrap HOST:PORT    use a broker that is already running; start nothing
 
-Tests ask for `bootstrap` ("127.0.0.1:NNNNN"). A broker this file started is always stopped
+Tests ask for `bootstrap` ("127.0.0.1:NNNNN"); test_crash.py instead starts, kills and restarts
+a SluiceBroker of its own. A broker this file started is always stopped
 by its own PID (SIGTERM, then SIGKILL after 10 s) and its temporary directory removed, also
 when tests fail or time out. Its output is kept in compat/.logs/ for reading after a failure.
 """
@@ -73,6 +74,17 @@ def pytest_report_header(config):
     else:
         lines = [f"compat target: {target} (started by the suite; logs in {LOG_DIR})"]
     return lines + [f"compat clients: {client_versions()}"]
+
+
+# Lines a test wants shown at the end of the run, passed or not (the crash test's summary).
+TERMINAL_NOTES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if TERMINAL_NOTES:
+        terminalreporter.section("compat notes")
+        for line in TERMINAL_NOTES:
+            terminalreporter.write_line(line)
 
 
 def client_versions() -> str:
@@ -160,15 +172,23 @@ class ExternalBroker:
 
 
 class SluiceBroker:
-    """`sluice serve` on free ports with a temporary data directory."""
+    """`sluice serve` on free ports with a temporary data directory.
+
+    kafka_addr: the listener address (default: a free port). A fixed address and `kill()`
+    followed by `start()` give a crash and a restart on the same data directory and port
+    (test_crash.py). The log file is appended to by every start after the first.
+    """
 
     target = "sluice"
 
-    def __init__(self):
+    def __init__(self, kafka_addr: str = "127.0.0.1:0", log_name: str = "sluice-serve.log"):
+        self.kafka_addr = kafka_addr
         self.proc: subprocess.Popen | None = None
         self.data_dir: str | None = None
         self.bootstrap: str | None = None
-        self.log_path = LOG_DIR / "sluice-serve.log"
+        self.log_path = LOG_DIR / log_name
+        self.starts = 0
+        self._binary: Path | None = None
         self._reader: threading.Thread | None = None
         self._stopped = False
 
@@ -205,9 +225,12 @@ class SluiceBroker:
         return path
 
     def start(self):
-        binary = self.binary()
-        self.data_dir = tempfile.mkdtemp(prefix="sluice-compat-")
-        cmd = [str(binary), "serve", "--data-dir", self.data_dir, "--kafka-addr", "127.0.0.1:0"]
+        if self._binary is None:
+            self._binary = self.binary()
+        binary = self._binary
+        if self.data_dir is None:
+            self.data_dir = tempfile.mkdtemp(prefix="sluice-compat-")
+        cmd = [str(binary), "serve", "--data-dir", self.data_dir, "--kafka-addr", self.kafka_addr]
         # The HTTP API may come later than the Kafka listener; pass its flag once serve has it.
         try:
             usage = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30)
@@ -215,7 +238,8 @@ class SluiceBroker:
                 cmd += ["--http-addr", "127.0.0.1:0"]
         except (OSError, subprocess.TimeoutExpired):
             pass  # starting it below reports the problem
-        log = open(self.log_path, "wb")
+        log = open(self.log_path, "ab" if self.starts else "wb")
+        self.starts += 1
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         self.proc = subprocess.Popen(
@@ -251,12 +275,38 @@ class SluiceBroker:
                 if self.proc.poll() is not None
                 else f"printed no 'kafka listening on 127.0.0.1:PORT' line within {SLUICE_READY_S} s"
             )
-            self.stop()
+            self._end_process()
             raise RuntimeError(f"sluice serve {why}. Output:\n{tail(self.log_path)}")
         host, port = self.bootstrap.rsplit(":", 1)
         if not wait_for_port(host, int(port), time.monotonic() + 10):
-            self.stop()
+            self._end_process()
             raise RuntimeError(f"sluice said it listens on {self.bootstrap} but it does not accept connections")
+
+    def _end_process(self):
+        """After a failed start: end the process (SIGTERM, then SIGKILL), keep the data directory
+        (stop() removes it; a failed restart must not lose the data under test)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(SLUICE_STOP_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(5)
+
+    def kill(self):
+        """A crash: SIGKILL by PID, wait until it is gone. The data directory stays; start() again
+        to restart the broker on it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pid = self.proc.pid
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(5)  # it closes the log at the end of the broker's output
+        with open(self.log_path, "ab") as log:
+            log.write(f"# killed with SIGKILL (pid {pid}) at {time.strftime('%H:%M:%S')}\n".encode())
 
     def exit_problem(self) -> str | None:
         if self.proc is not None and not self._stopped and self.proc.poll() is not None:
