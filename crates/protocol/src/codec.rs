@@ -113,23 +113,12 @@ pub fn encode_response(
     correlation_id: i32,
     body: &ResponseKind,
 ) -> Result<(), EncodeError> {
-    let start = out.len();
-    out.put_i32(0); // size, patched below
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    let result = header
-        .encode(out, api_key.response_header_version(api_version))
-        .and_then(|()| body.encode(out, api_version));
-    if let Err(e) = result {
-        out.truncate(start);
-        return Err(EncodeError {
-            api_key,
-            api_version,
-            reason: e.to_string(),
-        });
-    }
-    let size = (out.len() - start - 4) as i32;
-    out[start..start + 4].copy_from_slice(&size.to_be_bytes());
-    Ok(())
+    write_frame(out, api_key, api_version, |out| {
+        header
+            .encode(out, api_key.response_header_version(api_version))
+            .and_then(|()| body.encode(out, api_version))
+    })
 }
 
 /// Appends one whole request frame to `out` (client side: the CLI and tests).
@@ -141,17 +130,29 @@ pub fn encode_request(
     client_id: &str,
     body: &RequestKind,
 ) -> Result<(), EncodeError> {
-    let start = out.len();
-    out.put_i32(0);
     let header = RequestHeader::default()
         .with_request_api_key(api_key as i16)
         .with_request_api_version(api_version)
         .with_correlation_id(correlation_id)
         .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
-    let result = header
-        .encode(out, api_key.request_header_version(api_version))
-        .and_then(|()| body.encode(out, api_version));
-    if let Err(e) = result {
+    write_frame(out, api_key, api_version, |out| {
+        header
+            .encode(out, api_key.request_header_version(api_version))
+            .and_then(|()| body.encode(out, api_version))
+    })
+}
+
+/// Appends a size prefix, whatever `encode` writes, then patches the size in. On error nothing
+/// is left appended.
+fn write_frame<E: std::fmt::Display>(
+    out: &mut BytesMut,
+    api_key: ApiKey,
+    api_version: i16,
+    encode: impl FnOnce(&mut BytesMut) -> Result<(), E>,
+) -> Result<(), EncodeError> {
+    let start = out.len();
+    out.put_i32(0); // size, patched below
+    if let Err(e) = encode(out) {
         out.truncate(start);
         return Err(EncodeError {
             api_key,
