@@ -103,9 +103,9 @@ impl Broker {
             RequestKind::ApiVersions(_) => {
                 ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
             }
-            RequestKind::Metadata(req) => {
-                ready(ResponseKind::Metadata(self.metadata(req, version)))
-            }
+            RequestKind::Metadata(req) => ready(ResponseKind::Metadata(
+                handlers::metadata::handle(self, req, version),
+            )),
             RequestKind::CreateTopics(req) => ready(ResponseKind::CreateTopics(
                 handlers::create_topics::handle(self, req, version),
             )),
@@ -142,14 +142,6 @@ impl Broker {
                 futures::future::ready(None).boxed()
             }
         }
-    }
-
-    fn metadata(
-        &self,
-        req: sluice_protocol::kafka_protocol::messages::MetadataRequest,
-        version: i16,
-    ) -> sluice_protocol::kafka_protocol::messages::MetadataResponse {
-        handlers::metadata::handle(self, req, version)
     }
 
     /// The response to an ApiVersions request of an unknown version (to be encoded as v0).

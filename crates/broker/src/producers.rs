@@ -114,7 +114,7 @@ pub struct PartitionProducers {
 }
 
 /// The sequence number after `seq` (sequences wrap from i32::MAX to 0).
-fn next_seq(seq: i32) -> i32 {
+pub fn next_seq(seq: i32) -> i32 {
     if seq == i32::MAX { 0 } else { seq + 1 }
 }
 

@@ -23,22 +23,25 @@ fn kcat_produces_and_consumes_and_data_survives_restart() {
         &["-b", &b, "-P", "-t", "orders", "-K:", "-X", "acks=all"],
         &input,
     );
-    let fmt = "%k=%s@%o\n";
-    let out = kcat(
-        &[
-            "-b",
-            &b,
-            "-C",
-            "-t",
-            "orders",
-            "-o",
-            "beginning",
-            "-e",
-            "-f",
-            fmt,
-        ],
-        "",
-    );
+    // Every record of "orders" as key=value@offset lines.
+    let read_all = |b: &str| {
+        kcat(
+            &[
+                "-b",
+                b,
+                "-C",
+                "-t",
+                "orders",
+                "-o",
+                "beginning",
+                "-e",
+                "-f",
+                "%k=%s@%o\n",
+            ],
+            "",
+        )
+    };
+    let out = read_all(&b);
     let expected: String = (0..100).map(|i| format!("k{i}=value-{i}@{i}\n")).collect();
     assert_eq!(out, expected);
     let (status, dir) = server.stop();
@@ -49,21 +52,7 @@ fn kcat_produces_and_consumes_and_data_survives_restart() {
     let server = Server::start(dir);
     let b = server.bootstrap();
     kcat(&["-b", &b, "-P", "-t", "orders", "-K:"], "late:last\n");
-    let out = kcat(
-        &[
-            "-b",
-            &b,
-            "-C",
-            "-t",
-            "orders",
-            "-o",
-            "beginning",
-            "-e",
-            "-f",
-            fmt,
-        ],
-        "",
-    );
+    let out = read_all(&b);
     assert!(out.starts_with(&expected));
     assert!(out.ends_with("late=last@100\n"));
 }

@@ -185,7 +185,7 @@ fn append(
         Verdict::Append => {}
     }
     for pair in seqs.windows(2) {
-        if pair[1].0 != producers::last_seq(pair[0].1, 2) {
+        if pair[1].0 != producers::next_seq(pair[0].1) {
             return Err((
                 ResponseError::OutOfOrderSequenceNumber.code(),
                 format!(
