@@ -32,6 +32,8 @@ pub struct BrokerConfig {
     pub max_message_bytes: i64,
     /// Longest a Fetch may wait, whatever the client asks (bounds parked requests).
     pub fetch_wait_max_ms: u64,
+    /// Consumer-group settings.
+    pub groups: crate::groups::GroupConfig,
 }
 
 impl BrokerConfig {
@@ -51,6 +53,7 @@ impl BrokerConfig {
             sync_threads: 4,
             max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT,
             fetch_wait_max_ms: 30_000,
+            groups: crate::groups::GroupConfig::default(),
         }
     }
 }

@@ -16,10 +16,12 @@
 
 pub mod config;
 pub mod errors;
+pub mod groups;
 mod handlers;
 pub mod producers;
 pub mod topics;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -29,7 +31,9 @@ use sluice_protocol::codec::Request;
 use sluice_protocol::kafka_protocol::messages::{RequestKind, ResponseKind};
 
 pub use config::{BrokerConfig, TopicConfig};
+use groups::assignor::TopicInfo;
 pub use topics::{Topic, TopicError, TopicRegistry};
+use uuid::Uuid;
 
 /// The broker: topics, their logs, and the group committer that makes appends durable.
 #[derive(Debug)]
@@ -39,6 +43,7 @@ pub struct Broker {
     committer: GroupCommitter,
     clock: Arc<dyn Clock>,
     producer_ids: producers::ProducerIds,
+    groups: Arc<groups::Coordinator>,
 }
 
 impl Broker {
@@ -62,12 +67,20 @@ impl Broker {
                 path: config.data_dir.clone(),
                 source,
             })?;
+        let groups =
+            groups::Coordinator::open(&config.data_dir, config.groups.clone(), Arc::clone(&clock))
+                .map_err(|e| TopicError::Io {
+                    op: "open the group store in",
+                    path: config.data_dir.clone(),
+                    source: std::io::Error::other(e),
+                })?;
         Ok(Broker {
             config,
             topics,
             committer,
             clock,
             producer_ids,
+            groups: Arc::new(groups),
         })
     }
 
@@ -85,7 +98,24 @@ impl Broker {
     /// Work that must happen in request order happens here, before this returns (produce
     /// appends); the future does the waiting (durability, long-poll fetches).
     pub fn handle(self: &Arc<Self>, request: Request) -> BoxFuture<'static, Option<ResponseKind>> {
+        self.handle_from(request, None)
+    }
+
+    /// [`Broker::handle`] for a request from `peer` (the client host that group descriptions
+    /// report).
+    pub fn handle_from(
+        self: &Arc<Self>,
+        request: Request,
+        peer: Option<std::net::IpAddr>,
+    ) -> BoxFuture<'static, Option<ResponseKind>> {
         let version = request.api_version;
+        let client_id = request
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        let client_host = peer.map(|ip| format!("/{ip}")).unwrap_or_default();
+        let this = Arc::clone(self);
         let ready = |response| futures::future::ready(Some(response)).boxed();
         match request.body {
             RequestKind::Produce(req) => handlers::produce::start(self, req)
@@ -135,6 +165,80 @@ impl Broker {
             RequestKind::InitProducerId(req) => ready(ResponseKind::InitProducerId(
                 handlers::init_producer_id::handle(self, req),
             )),
+            RequestKind::FindCoordinator(req) => ready(ResponseKind::FindCoordinator(
+                handlers::groups::find_coordinator(self, req, version),
+            )),
+            RequestKind::JoinGroup(req) => {
+                self.start_group_timer();
+                async move {
+                    let r =
+                        handlers::groups::join_group(&this, req, version, client_id, client_host);
+                    Some(ResponseKind::JoinGroup(r.await))
+                }
+                .boxed()
+            }
+            RequestKind::SyncGroup(req) => async move {
+                Some(ResponseKind::SyncGroup(
+                    handlers::groups::sync_group(&this, req, version).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::Heartbeat(req) => async move {
+                Some(ResponseKind::Heartbeat(
+                    handlers::groups::heartbeat(&this, req).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::LeaveGroup(req) => async move {
+                Some(ResponseKind::LeaveGroup(
+                    handlers::groups::leave_group(&this, req, version).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::ListGroups(req) => ready(ResponseKind::ListGroups(
+                handlers::groups::list_groups(self, req, version),
+            )),
+            RequestKind::DescribeGroups(req) => ready(ResponseKind::DescribeGroups(
+                handlers::groups::describe_groups(self, req, version),
+            )),
+            RequestKind::DeleteGroups(req) => async move {
+                Some(ResponseKind::DeleteGroups(
+                    handlers::groups::delete_groups(&this, req).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::OffsetCommit(req) => async move {
+                Some(ResponseKind::OffsetCommit(
+                    handlers::offsets::commit(&this, req, version).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::OffsetFetch(req) => ready(ResponseKind::OffsetFetch(
+                handlers::offsets::fetch(self, req, version),
+            )),
+            RequestKind::OffsetDelete(req) => async move {
+                Some(ResponseKind::OffsetDelete(
+                    handlers::offsets::delete(&this, req).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::ConsumerGroupHeartbeat(req) => {
+                self.start_group_timer();
+                async move {
+                    let r = handlers::consumer_group::heartbeat(
+                        &this,
+                        req,
+                        version,
+                        client_id,
+                        client_host,
+                    );
+                    Some(ResponseKind::ConsumerGroupHeartbeat(r.await))
+                }
+                .boxed()
+            }
+            RequestKind::ConsumerGroupDescribe(req) => ready(ResponseKind::ConsumerGroupDescribe(
+                handlers::consumer_group::describe(self, req, version),
+            )),
             other => {
                 // The decoder only lets through APIs listed in `versions::SUPPORTED`, and every
                 // one of those has an arm above.
@@ -163,9 +267,28 @@ impl Broker {
         deleted
     }
 
-    /// Flushes and closes every partition log cleanly.
+    /// Flushes and closes every partition log and the group store cleanly.
     pub fn shutdown(&self) {
         self.topics.close_all();
+        self.groups.close();
+    }
+
+    /// The group coordinator.
+    pub fn groups(&self) -> &groups::Coordinator {
+        &self.groups
+    }
+
+    /// Every topic as the KIP-848 assignors see it, by topic id.
+    pub fn topic_infos(&self) -> BTreeMap<Uuid, TopicInfo> {
+        topic_infos(&self.topics)
+    }
+
+    /// Starts the group coordinator's timer (once; needs a tokio runtime, which every request
+    /// handler has).
+    fn start_group_timer(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        self.groups
+            .start_timer(move || weak.upgrade().map(|b| b.topic_infos()).unwrap_or_default());
     }
 
     pub(crate) fn committer(&self) -> &GroupCommitter {
@@ -179,4 +302,21 @@ impl Broker {
     pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
+}
+
+fn topic_infos(topics: &TopicRegistry) -> BTreeMap<Uuid, TopicInfo> {
+    topics
+        .all()
+        .into_iter()
+        .map(|t| {
+            (
+                t.id,
+                TopicInfo {
+                    name: t.name.clone(),
+                    id: t.id,
+                    partitions: t.partition_count(),
+                },
+            )
+        })
+        .collect()
 }

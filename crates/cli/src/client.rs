@@ -1,4 +1,4 @@
-//! A small async Kafka client for the CLI commands (`topic`, `produce`, `consume`).
+//! A small async Kafka client for the CLI commands (`topic`, `produce`, `consume`, `group`).
 //!
 //! It speaks the wire protocol through `sluice_protocol::codec` (request encoding, response
 //! decoding) over a tokio `TcpStream`: one request in flight per connection, each frame a 4-byte
@@ -22,12 +22,16 @@ use sluice_protocol::codec::{decode_response, encode_request};
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use sluice_protocol::kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest,
-    CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
-    DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest,
-    FetchResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, RequestKind, ResponseKind, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    DescribeGroupsRequest, DescribeGroupsResponse, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse,
+    RequestKind, ResponseKind, TopicName,
 };
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -51,8 +55,9 @@ pub const REQUEST_TIMEOUT_MS: i32 = 30_000;
 /// The versions this client knows how to fill in and read, per API. The version used is the
 /// highest one inside both this range and the broker's advertised range.
 ///
-/// Why the caps: Produce v13 and Fetch v13+ address topics by id only, and this client uses
-/// names (every broker still accepts them); ApiVersions is always sent as v3.
+/// Why the caps: Produce v13, Fetch v13+, OffsetCommit v10 and OffsetFetch v10 address topics
+/// by id only, and this client uses names (every broker still accepts them); ApiVersions is
+/// always sent as v3. OffsetFetch v1 cannot ask for "all topics", which `group` needs.
 pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
@@ -63,6 +68,13 @@ pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetFetch, 2, 9),
+    (ApiKey::OffsetCommit, 2, 9),
 ];
 
 /// The ApiVersions version sent first: understood by Sluice and by Kafka since 2.4.
@@ -123,6 +135,13 @@ calls! {
     Produce: ProduceRequest => ProduceResponse;
     Fetch: FetchRequest => FetchResponse;
     ListOffsets: ListOffsetsRequest => ListOffsetsResponse;
+    FindCoordinator: FindCoordinatorRequest => FindCoordinatorResponse;
+    ListGroups: ListGroupsRequest => ListGroupsResponse;
+    DescribeGroups: DescribeGroupsRequest => DescribeGroupsResponse;
+    ConsumerGroupDescribe: ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse;
+    DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse;
+    OffsetFetch: OffsetFetchRequest => OffsetFetchResponse;
+    OffsetCommit: OffsetCommitRequest => OffsetCommitResponse;
 }
 
 /// A Kafka error code as `NAME: message` (the broker's message when it sent one), or `None` for

@@ -2,6 +2,7 @@
 
 mod client;
 mod consume;
+mod group;
 mod produce;
 mod records;
 mod serve;
@@ -25,6 +26,7 @@ enum Command {
     Topic(topic::TopicArgs),
     Produce(produce::ProduceArgs),
     Consume(consume::ConsumeArgs),
+    Group(group::GroupArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Command::Topic(args) => topic::run(args),
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
+        Command::Group(args) => group::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

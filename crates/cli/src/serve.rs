@@ -23,7 +23,8 @@ use sluice_server::ServerConfig;
 pub struct ServeArgs {
     /// TOML config file (keys: data_dir, kafka_addr, advertised_host, auto_create_topics,
     /// default_partitions, retention_ms, retention_bytes, segment_bytes, segment_ms,
-    /// flush_interval_ms, max_request_bytes, max_message_bytes)
+    /// flush_interval_ms, max_request_bytes, max_message_bytes, group_initial_rebalance_delay_ms,
+    /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max)
     #[arg(long, env = "SLUICE_CONFIG")]
     config: Option<PathBuf>,
     /// Where data is stored [default: ./sluice-data]
@@ -64,6 +65,21 @@ pub struct ServeArgs {
     /// [default: 1048588]
     #[arg(long, env = "SLUICE_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<i64>,
+    /// How long the first rebalance of an empty classic group waits for more members to join
+    /// (Kafka's group.initial.rebalance.delay.ms) [default: 3000]
+    #[arg(long, env = "SLUICE_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    group_initial_rebalance_delay_ms: Option<i64>,
+    /// KIP-848 consumer groups: a member that sends no heartbeat for this long is removed
+    /// (group.consumer.session.timeout.ms) [default: 45000]
+    #[arg(long, env = "SLUICE_GROUP_CONSUMER_SESSION_TIMEOUT_MS")]
+    group_consumer_session_timeout_ms: Option<i32>,
+    /// KIP-848 consumer groups: how often members heartbeat
+    /// (group.consumer.heartbeat.interval.ms) [default: 5000]
+    #[arg(long, env = "SLUICE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
+    group_consumer_heartbeat_interval_ms: Option<i32>,
+    /// Most consumer groups the broker keeps [default: 10000]
+    #[arg(long, env = "SLUICE_GROUPS_MAX")]
+    groups_max: Option<usize>,
 }
 
 /// The same settings, from the TOML file.
@@ -82,6 +98,10 @@ struct FileConfig {
     flush_interval_ms: Option<u64>,
     max_request_bytes: Option<usize>,
     max_message_bytes: Option<i64>,
+    group_initial_rebalance_delay_ms: Option<i64>,
+    group_consumer_session_timeout_ms: Option<i32>,
+    group_consumer_heartbeat_interval_ms: Option<i32>,
+    groups_max: Option<usize>,
 }
 
 /// How often retention runs.
@@ -134,6 +154,43 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .log
         .validate()
         .context("invalid log settings")?;
+    let groups = &mut broker_config.groups;
+    if let Some(v) = args
+        .group_initial_rebalance_delay_ms
+        .or(file.group_initial_rebalance_delay_ms)
+    {
+        if v < 0 {
+            bail!("group_initial_rebalance_delay_ms must be 0 or more, got {v}");
+        }
+        groups.classic.initial_rebalance_delay_ms = v;
+    }
+    let heartbeat_ms = args
+        .group_consumer_heartbeat_interval_ms
+        .or(file.group_consumer_heartbeat_interval_ms);
+    if let Some(v) = heartbeat_ms {
+        groups.consumer.heartbeat_interval_ms = v;
+    }
+    if let Some(v) = args
+        .group_consumer_session_timeout_ms
+        .or(file.group_consumer_session_timeout_ms)
+    {
+        groups.consumer.session_timeout_ms = v;
+    }
+    if groups.consumer.heartbeat_interval_ms < 1
+        || groups.consumer.heartbeat_interval_ms >= groups.consumer.session_timeout_ms
+    {
+        bail!(
+            "group_consumer_heartbeat_interval_ms ({}) must be at least 1 and less than group_consumer_session_timeout_ms ({})",
+            groups.consumer.heartbeat_interval_ms,
+            groups.consumer.session_timeout_ms
+        );
+    }
+    if let Some(v) = args.groups_max.or(file.groups_max) {
+        if v == 0 {
+            bail!("groups_max must be at least 1");
+        }
+        groups.groups_max = v;
+    }
     match args.flush_interval_ms.or(file.flush_interval_ms) {
         None | Some(0) => {}
         Some(ms) => broker_config.flush = FlushPolicy::IntervalMs(ms),

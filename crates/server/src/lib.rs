@@ -210,7 +210,7 @@ impl Connection {
                 let (api_key, version, correlation_id) =
                     (request.api_key, request.api_version, request.correlation_id);
                 // Started now, in arrival order (produce appends happen here).
-                let handling = self.broker.handle(request);
+                let handling = self.broker.handle_from(request, Some(peer.ip()));
                 in_flight.push_back(
                     async move {
                         let response = match handling.await {

@@ -41,7 +41,10 @@ pub fn handle(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> Delete
                 .with_name(Some(topic_name(&name)))
                 .with_topic_id(id);
             match broker.topics().delete(&name) {
-                Ok(()) => result,
+                Ok(()) => {
+                    broker.groups().topic_deleted(&name);
+                    result
+                }
                 Err(e) => result
                     .with_error_code(errors::topic_error_code(&e))
                     .with_error_message(Some(str_bytes(e.to_string()))),

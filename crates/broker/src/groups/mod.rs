@@ -1,0 +1,1006 @@
+//! # Consumer groups: the group coordinator
+//!
+//! Sluice is the coordinator of every group (one broker). This module joins the pure group
+//! state machines to the rest of the broker:
+//!
+//! - [`classic`]: the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup);
+//! - [`consumer`] + [`assignor`]: the KIP-848 protocol (ConsumerGroupHeartbeat) with
+//!   server-side assignment;
+//! - [`store`]: the durable file of committed offsets and group snapshots.
+//!
+//! [`Coordinator`] owns every group behind one mutex (held only for in-memory work, never
+//! across an await), the requests parked until a rebalance answers them, and a timer task
+//! that calls the state machines' `tick` when a deadline passes.
+//!
+//! Durability: a committed offset is acknowledged only after the store's fdatasync covers it;
+//! a group whose durable state changed (its generation and assignment after a rebalance, its
+//! KIP-848 epochs and assignments) is stored before the answers that reveal the change go out.
+//! Changes are applied in memory in request order, before their fsync: a reader can see a
+//! commit a crash then loses, which can only make a consumer re-read records, never skip them.
+
+pub mod assignor;
+pub mod classic;
+pub mod consumer;
+pub mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use sluice_log::Clock;
+use sluice_protocol::kafka_protocol::ResponseError;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use assignor::{AssignorKind, TopicInfo};
+use classic::{ClassicConfig, ClassicGroup};
+use consumer::{ConsumerConfig, ConsumerGroup};
+pub use store::{CommittedOffset, GroupRecord, GroupStore, StoreError};
+
+/// Kafka's `offset.metadata.max.bytes`: the longest metadata string a commit may carry.
+pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+/// How often the timer looks for group deadlines that passed. Session and rebalance timeouts
+/// are seconds long; 100 ms of lateness is noise against them.
+const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// How often KIP-848 groups are ticked even without a deadline, so that topics created or
+/// grown since the last heartbeat reach their target assignment.
+const METADATA_TICK_MS: i64 = 1_000;
+/// Slack beyond a parked request's own timeout after which it is answered regardless: a
+/// guard against a member that left the state machine without an answer for its request.
+const PARKED_SLACK_MS: i64 = 30_000;
+
+/// Group settings (Kafka's `group.*` broker configs).
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    pub classic: ClassicConfig,
+    pub consumer: ConsumerConfig,
+    /// Most groups this broker keeps (each costs memory and store records).
+    pub groups_max: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            classic: ClassicConfig {
+                initial_rebalance_delay_ms: 3_000,
+                session_timeout_min_ms: 6_000,
+                session_timeout_max_ms: 1_800_000,
+                members_max: 1_000,
+            },
+            consumer: ConsumerConfig {
+                session_timeout_ms: 45_000,
+                heartbeat_interval_ms: 5_000,
+                members_max: 1_000,
+                default_assignor: AssignorKind::Uniform,
+            },
+            groups_max: 10_000,
+        }
+    }
+}
+
+/// A group's protocol family, as ListGroups v5 reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupType {
+    Classic,
+    Consumer,
+}
+
+impl GroupType {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupType::Classic => "classic",
+            GroupType::Consumer => "consumer",
+        }
+    }
+}
+
+/// One line of ListGroups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub group_type: GroupType,
+    pub protocol_type: String,
+    pub state: &'static str,
+}
+
+/// Committed offsets by topic: `(topic, [(partition, offset, if any)])`.
+pub type TopicOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+
+/// Why a group request failed as a whole.
+pub type ErrorCode = i16;
+
+#[derive(Debug)]
+enum Kind {
+    Classic(ClassicGroup),
+    Consumer(ConsumerGroup),
+}
+
+#[derive(Debug)]
+struct Group {
+    kind: Kind,
+    offsets: BTreeMap<(String, i32), CommittedOffset>,
+    joins: HashMap<String, oneshot::Sender<classic::JoinResult>>,
+    syncs: HashMap<String, oneshot::Sender<classic::SyncResult>>,
+}
+
+impl Group {
+    fn new(kind: Kind) -> Group {
+        Group {
+            kind,
+            offsets: BTreeMap::new(),
+            joins: HashMap::new(),
+            syncs: HashMap::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match &self.kind {
+            Kind::Classic(g) => g.member_count() == 0,
+            Kind::Consumer(g) => g.member_count() == 0,
+        }
+    }
+
+    fn group_type(&self) -> GroupType {
+        match self.kind {
+            Kind::Classic(_) => GroupType::Classic,
+            Kind::Consumer(_) => GroupType::Consumer,
+        }
+    }
+
+    fn state_name(&self) -> &'static str {
+        match &self.kind {
+            Kind::Classic(g) => g.state().name(),
+            Kind::Consumer(g) => g.state().name(),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<i64> {
+        match &self.kind {
+            Kind::Classic(g) => g.next_deadline(),
+            Kind::Consumer(g) => g.next_deadline(),
+        }
+    }
+
+    fn snapshot(&self) -> serde_json::Value {
+        match &self.kind {
+            Kind::Classic(g) => {
+                serde_json::json!({ "type": "classic", "snapshot": g.snapshot() })
+            }
+            Kind::Consumer(g) => {
+                serde_json::json!({ "type": "consumer", "snapshot": g.snapshot() })
+            }
+        }
+    }
+
+    fn subscribed_topics(&self) -> Vec<String> {
+        match &self.kind {
+            Kind::Classic(g) => g.subscribed_topics(),
+            Kind::Consumer(g) => g.subscribed_topics(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    groups: HashMap<String, Group>,
+    /// When KIP-848 groups were last ticked for metadata changes.
+    metadata_ticked_ms: i64,
+}
+
+/// The outcome of a durable write shared by several waiters.
+type Durable = Shared<BoxFuture<'static, Result<(), String>>>;
+
+/// Answers to deliver once the write they depend on (if any) is durable.
+#[derive(Default)]
+struct Deliveries {
+    durable: Option<Durable>,
+    joins: Vec<(oneshot::Sender<classic::JoinResult>, classic::JoinResult)>,
+    syncs: Vec<(oneshot::Sender<classic::SyncResult>, classic::SyncResult)>,
+}
+
+impl Deliveries {
+    /// Sends every answer, after the durable write when there is one (an error if it failed).
+    fn send(self) {
+        if self.joins.is_empty() && self.syncs.is_empty() {
+            return;
+        }
+        let send = move |ok: bool| {
+            let unavailable = ResponseError::CoordinatorNotAvailable.code();
+            for (tx, mut result) in self.joins {
+                if !ok {
+                    result = classic::JoinResult {
+                        error: unavailable,
+                        ..Default::default()
+                    };
+                }
+                let _ = tx.send(result);
+            }
+            for (tx, mut result) in self.syncs {
+                if !ok {
+                    result = classic::SyncResult {
+                        error: unavailable,
+                        ..Default::default()
+                    };
+                }
+                let _ = tx.send(result);
+            }
+        };
+        match self.durable {
+            None => send(true),
+            Some(durable) => {
+                tokio::spawn(async move { send(durable.await.is_ok()) });
+            }
+        }
+    }
+}
+
+/// The group coordinator: every group, its committed offsets, and their durable store.
+#[derive(Debug)]
+pub struct Coordinator {
+    config: GroupConfig,
+    store: GroupStore,
+    inner: Mutex<Inner>,
+    clock: Arc<dyn Clock>,
+    timer_started: AtomicBool,
+}
+
+impl Coordinator {
+    /// Opens the group store under `data_dir` and restores every group from it.
+    pub fn open(
+        data_dir: &Path,
+        config: GroupConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Coordinator, StoreError> {
+        let (store, recovered) = GroupStore::open(data_dir)?;
+        let now = clock.now_ms();
+        let mut groups = HashMap::new();
+        for (id, value) in recovered.groups {
+            match restore(&id, &config, value, now) {
+                Ok(kind) => {
+                    groups.insert(id, Group::new(kind));
+                }
+                Err(e) => {
+                    tracing::error!(group = %id, error = %e, "group snapshot unreadable; the group starts empty (its committed offsets are kept)");
+                }
+            }
+        }
+        for (id, offsets) in recovered.offsets {
+            let group = groups.entry(id.clone()).or_insert_with(|| {
+                Group::new(Kind::Classic(ClassicGroup::new(id, config.classic.clone())))
+            });
+            group.offsets = offsets;
+        }
+        if !groups.is_empty() {
+            tracing::info!(
+                groups = groups.len(),
+                truncated_bytes = recovered.truncated_bytes,
+                "restored consumer groups"
+            );
+        }
+        Ok(Coordinator {
+            config,
+            store,
+            inner: Mutex::new(Inner {
+                groups,
+                metadata_ticked_ms: now,
+            }),
+            clock,
+            timer_started: AtomicBool::new(false),
+        })
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves groups in a state no request may trust; the
+        // state machines never panic on client input, so poisoning means a bug: stop serving.
+        self.inner.lock().expect("group coordinator lock poisoned")
+    }
+
+    /// Starts the timer task (once, on the tokio runtime of the caller; without one, a later
+    /// call starts it), holding the coordinator weakly so it ends with it. `topics` gives the
+    /// current topic metadata to KIP-848 groups.
+    pub fn start_timer(
+        self: &Arc<Self>,
+        topics: impl Fn() -> BTreeMap<Uuid, TopicInfo> + Send + 'static,
+    ) {
+        if self.timer_started.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.timer_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak: Weak<Coordinator> = Arc::downgrade(self);
+        runtime.spawn(async move {
+            let mut interval = tokio::time::interval(TICK_INTERVAL);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(coordinator) = weak.upgrade() else {
+                    return;
+                };
+                coordinator.tick(&topics);
+            }
+        });
+    }
+
+    /// Runs every state machine whose deadline passed (and KIP-848 groups at least once a
+    /// second), then delivers what they answered.
+    pub fn tick(&self, topics: &dyn Fn() -> BTreeMap<Uuid, TopicInfo>) {
+        let now = self.clock.now_ms();
+        let mut deliveries = Vec::new();
+        {
+            let mut inner = self.lock();
+            let metadata_due = now - inner.metadata_ticked_ms >= METADATA_TICK_MS;
+            if metadata_due {
+                inner.metadata_ticked_ms = now;
+            }
+            let due: Vec<String> = inner
+                .groups
+                .iter()
+                .filter(|(_, g)| {
+                    g.next_deadline().is_some_and(|d| d <= now)
+                        || (metadata_due && matches!(g.kind, Kind::Consumer(_)))
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            if due.is_empty() {
+                return;
+            }
+            let needs_topics = due
+                .iter()
+                .any(|id| matches!(inner.groups[id].kind, Kind::Consumer(_)));
+            let topics = if needs_topics {
+                topics()
+            } else {
+                BTreeMap::new()
+            };
+            for id in due {
+                let Some(group) = inner.groups.get_mut(&id) else {
+                    continue;
+                };
+                let persist = match &mut group.kind {
+                    Kind::Classic(g) => {
+                        let mut effects = Vec::new();
+                        g.tick(now, &mut effects);
+                        let d = self.classic_effects(&id, group, effects);
+                        deliveries.push(d);
+                        false
+                    }
+                    Kind::Consumer(g) => {
+                        let mut effects = Vec::new();
+                        g.tick(now, &topics, &mut effects);
+                        !effects.is_empty()
+                    }
+                };
+                if persist {
+                    // Queued now; nobody waits on a timer's change (no answer reveals it).
+                    drop(self.persist(&id, group));
+                }
+            }
+        }
+        for d in deliveries {
+            d.send();
+        }
+    }
+
+    /// Writes the group's snapshot; the returned future resolves once it is durable.
+    fn persist(&self, group_id: &str, group: &Group) -> Durable {
+        let pending = self.store.write(vec![GroupRecord::Group {
+            group: group_id.to_owned(),
+            snapshot: Some(group.snapshot()),
+        }]);
+        pending
+            .map(|r| r.map_err(|e| e.to_string()))
+            .boxed()
+            .shared()
+    }
+
+    /// Turns a classic state machine's effects into a durable write and parked answers.
+    fn classic_effects(
+        &self,
+        group_id: &str,
+        group: &mut Group,
+        effects: Vec<classic::Effect>,
+    ) -> Deliveries {
+        let mut deliveries = Deliveries::default();
+        let mut persist = false;
+        for effect in effects {
+            match effect {
+                classic::Effect::Persist => persist = true,
+                classic::Effect::Join { member_id, result } => {
+                    if let Some(tx) = group.joins.remove(&member_id) {
+                        deliveries.joins.push((tx, result));
+                    }
+                }
+                classic::Effect::Sync { member_id, result } => {
+                    if let Some(tx) = group.syncs.remove(&member_id) {
+                        deliveries.syncs.push((tx, result));
+                    }
+                }
+            }
+        }
+        if persist {
+            deliveries.durable = Some(self.persist(group_id, group));
+        }
+        deliveries
+    }
+
+    /// Finds or creates `group_id` as a group of `kind`. An empty group of the other protocol
+    /// is converted (keeping its offsets), as Kafka does; a non-empty one is an error.
+    fn group_for<'a>(
+        &self,
+        inner: &'a mut Inner,
+        group_id: &str,
+        want: GroupType,
+    ) -> Result<&'a mut Group, ErrorCode> {
+        let groups_max = self.config.groups_max;
+        let count = inner.groups.len();
+        let new_kind = || match want {
+            GroupType::Classic => Kind::Classic(ClassicGroup::new(
+                group_id.to_owned(),
+                self.config.classic.clone(),
+            )),
+            GroupType::Consumer => Kind::Consumer(ConsumerGroup::new(
+                group_id.to_owned(),
+                self.config.consumer.clone(),
+            )),
+        };
+        match inner.groups.entry(group_id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let group = e.into_mut();
+                if group.group_type() != want {
+                    if !group.is_empty() {
+                        return Err(ResponseError::InconsistentGroupProtocol.code());
+                    }
+                    group.kind = new_kind();
+                }
+                Ok(group)
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if count >= groups_max {
+                    tracing::warn!(group = %group_id, groups_max, "refusing a new group: the broker's group limit is reached");
+                    return Err(ResponseError::GroupMaxSizeReached.code());
+                }
+                Ok(e.insert(Group::new(new_kind())))
+            }
+        }
+    }
+
+    /// JoinGroup: answers when the rebalance it joined completes (or at once on error).
+    pub async fn join(&self, group_id: &str, req: classic::JoinRequest) -> classic::JoinResult {
+        let wait_ms = i64::from(req.rebalance_timeout_ms.max(req.session_timeout_ms));
+        let member_for_error = req.member_id.clone();
+        let error = |code| classic::JoinResult {
+            error: code,
+            member_id: member_for_error.clone(),
+            ..Default::default()
+        };
+        let (reply, deliveries) = {
+            let mut inner = self.lock();
+            let group = match self.group_for(&mut inner, group_id, GroupType::Classic) {
+                Ok(g) => g,
+                Err(code) => return error(code),
+            };
+            let Kind::Classic(g) = &mut group.kind else {
+                return error(ResponseError::InconsistentGroupProtocol.code());
+            };
+            let mut effects = Vec::new();
+            let reply = match g.join(self.clock.now_ms(), req, &mut effects) {
+                classic::Reply::Now(result) => Err(result),
+                classic::Reply::Later { member_id } => {
+                    let (tx, rx) = oneshot::channel();
+                    group.joins.insert(member_id, tx);
+                    Ok(rx)
+                }
+            };
+            (reply, self.classic_effects(group_id, group, effects))
+        };
+        let durable = deliveries.durable.clone();
+        deliveries.send();
+        match reply {
+            Err(result) => match durable {
+                Some(d) => match d.await {
+                    Ok(()) => result,
+                    Err(_) => error(ResponseError::CoordinatorNotAvailable.code()),
+                },
+                None => result,
+            },
+            Ok(rx) => {
+                parked(rx, wait_ms, || {
+                    error(ResponseError::RebalanceInProgress.code())
+                })
+                .await
+            }
+        }
+    }
+
+    /// SyncGroup: answers when the leader's assignment is stored (or at once).
+    pub async fn sync(&self, group_id: &str, req: classic::SyncRequest) -> classic::SyncResult {
+        let error = |code| classic::SyncResult {
+            error: code,
+            ..Default::default()
+        };
+        let (reply, deliveries, wait_ms) = {
+            let mut inner = self.lock();
+            let Some(group) = inner.groups.get_mut(group_id) else {
+                return error(ResponseError::UnknownMemberId.code());
+            };
+            let Kind::Classic(g) = &mut group.kind else {
+                return error(ResponseError::InconsistentGroupProtocol.code());
+            };
+            let wait_ms = i64::from(self.config.classic.session_timeout_max_ms);
+            let mut effects = Vec::new();
+            let reply = match g.sync(self.clock.now_ms(), req, &mut effects) {
+                classic::Reply::Now(result) => Err(result),
+                classic::Reply::Later { member_id } => {
+                    let (tx, rx) = oneshot::channel();
+                    group.syncs.insert(member_id, tx);
+                    Ok(rx)
+                }
+            };
+            (
+                reply,
+                self.classic_effects(group_id, group, effects),
+                wait_ms,
+            )
+        };
+        let durable = deliveries.durable.clone();
+        deliveries.send();
+        match reply {
+            Err(result) => match durable {
+                Some(d) => match d.await {
+                    Ok(()) => result,
+                    Err(_) => error(ResponseError::CoordinatorNotAvailable.code()),
+                },
+                None => result,
+            },
+            Ok(rx) => {
+                parked(rx, wait_ms, || {
+                    error(ResponseError::RebalanceInProgress.code())
+                })
+                .await
+            }
+        }
+    }
+
+    /// Heartbeat of a classic member: its error code.
+    pub async fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> ErrorCode {
+        let (code, deliveries) = {
+            let mut inner = self.lock();
+            let Some(group) = inner.groups.get_mut(group_id) else {
+                return ResponseError::UnknownMemberId.code();
+            };
+            let Kind::Classic(g) = &mut group.kind else {
+                return ResponseError::InconsistentGroupProtocol.code();
+            };
+            let mut effects = Vec::new();
+            let code = g.heartbeat(
+                self.clock.now_ms(),
+                member_id,
+                group_instance_id,
+                generation_id,
+                &mut effects,
+            );
+            (code, self.classic_effects(group_id, group, effects))
+        };
+        deliveries.send();
+        code
+    }
+
+    /// LeaveGroup: the request's error code and one per member.
+    pub async fn leave(
+        &self,
+        group_id: &str,
+        members: &[classic::LeavingMember],
+    ) -> (ErrorCode, Vec<ErrorCode>) {
+        let (codes, deliveries) = {
+            let mut inner = self.lock();
+            let Some(group) = inner.groups.get_mut(group_id) else {
+                return (ResponseError::UnknownMemberId.code(), Vec::new());
+            };
+            let Kind::Classic(g) = &mut group.kind else {
+                return (ResponseError::InconsistentGroupProtocol.code(), Vec::new());
+            };
+            let mut effects = Vec::new();
+            let codes = g.leave(self.clock.now_ms(), members, &mut effects);
+            (codes, self.classic_effects(group_id, group, effects))
+        };
+        let durable = deliveries.durable.clone();
+        deliveries.send();
+        if let Some(d) = durable
+            && d.await.is_err()
+        {
+            return (ResponseError::CoordinatorNotAvailable.code(), codes);
+        }
+        (0, codes)
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848): answers after any change it made is durable.
+    pub async fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        req: consumer::HeartbeatRequest,
+        topics: &BTreeMap<Uuid, TopicInfo>,
+    ) -> consumer::HeartbeatResult {
+        let error = |code, message: String| consumer::HeartbeatResult {
+            error: code,
+            error_message: Some(message),
+            heartbeat_interval_ms: self.config.consumer.heartbeat_interval_ms,
+            ..Default::default()
+        };
+        let (result, durable) = {
+            let mut inner = self.lock();
+            let group = match self.group_for(&mut inner, group_id, GroupType::Consumer) {
+                Ok(g) => g,
+                Err(code) if code == ResponseError::GroupMaxSizeReached.code() => {
+                    return error(
+                        code,
+                        format!(
+                            "this broker already has its maximum of {} groups",
+                            self.config.groups_max
+                        ),
+                    );
+                }
+                Err(code) => {
+                    return error(
+                        code,
+                        format!("group {group_id} is a classic group with active members"),
+                    );
+                }
+            };
+            let Kind::Consumer(g) = &mut group.kind else {
+                return error(
+                    ResponseError::InconsistentGroupProtocol.code(),
+                    format!("group {group_id} is not a consumer group"),
+                );
+            };
+            let mut effects = Vec::new();
+            let result = g.heartbeat(self.clock.now_ms(), req, topics, &mut effects);
+            let durable = (!effects.is_empty()).then(|| self.persist(group_id, group));
+            (result, durable)
+        };
+        if let Some(d) = durable
+            && let Err(e) = d.await
+        {
+            return error(
+                ResponseError::CoordinatorNotAvailable.code(),
+                format!("group state could not be stored: {e}"),
+            );
+        }
+        result
+    }
+
+    /// ConsumerGroupDescribe of one group.
+    pub fn describe_consumer(
+        &self,
+        group_id: &str,
+        topics: &BTreeMap<Uuid, TopicInfo>,
+    ) -> Result<consumer::GroupDescription, (ErrorCode, String)> {
+        let inner = self.lock();
+        match inner.groups.get(group_id).map(|g| &g.kind) {
+            Some(Kind::Consumer(g)) => Ok(g.describe(topics)),
+            Some(Kind::Classic(_)) => Err((
+                ResponseError::GroupIdNotFound.code(),
+                format!("group {group_id} is not a consumer group"),
+            )),
+            None => Err((
+                ResponseError::GroupIdNotFound.code(),
+                format!("group {group_id} not found"),
+            )),
+        }
+    }
+
+    /// DescribeGroups of one classic group (`None`: no such group).
+    pub fn describe_classic(
+        &self,
+        group_id: &str,
+    ) -> Result<Option<classic::GroupDescription>, (ErrorCode, String)> {
+        let inner = self.lock();
+        match inner.groups.get(group_id).map(|g| &g.kind) {
+            Some(Kind::Classic(g)) => Ok(Some(g.describe())),
+            Some(Kind::Consumer(_)) => Err((
+                ResponseError::GroupIdNotFound.code(),
+                format!("group {group_id} is not a classic group"),
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// ListGroups.
+    pub fn list(&self) -> Vec<ListedGroup> {
+        let inner = self.lock();
+        let mut groups: Vec<ListedGroup> = inner
+            .groups
+            .iter()
+            .map(|(id, g)| ListedGroup {
+                group_id: id.clone(),
+                group_type: g.group_type(),
+                protocol_type: match &g.kind {
+                    Kind::Classic(c) => c.protocol_type().to_owned(),
+                    Kind::Consumer(_) => "consumer".to_owned(),
+                },
+                state: g.state_name(),
+            })
+            .collect();
+        groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        groups
+    }
+
+    /// DeleteGroups: one error code per group, after the deletions are durable.
+    pub async fn delete_groups(&self, group_ids: &[String]) -> Vec<ErrorCode> {
+        let mut codes = Vec::with_capacity(group_ids.len());
+        let mut records = Vec::new();
+        {
+            let mut inner = self.lock();
+            for id in group_ids {
+                let code = match inner.groups.get(id) {
+                    None => ResponseError::GroupIdNotFound.code(),
+                    Some(g) if !g.is_empty() => ResponseError::NonEmptyGroup.code(),
+                    Some(_) => {
+                        inner.groups.remove(id);
+                        records.push(GroupRecord::Group {
+                            group: id.clone(),
+                            snapshot: None,
+                        });
+                        0
+                    }
+                };
+                codes.push(code);
+            }
+        }
+        if !records.is_empty() && self.store.write(records).await.is_err() {
+            let unavailable = ResponseError::CoordinatorNotAvailable.code();
+            for code in &mut codes {
+                if *code == 0 {
+                    *code = unavailable;
+                }
+            }
+        }
+        codes
+    }
+
+    /// OffsetCommit, after the per-partition checks: validates the committer against the
+    /// group, applies the offsets and answers once they are durable.
+    pub async fn commit_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_or_epoch: i32,
+        offsets: Vec<(String, i32, CommittedOffset)>,
+    ) -> Result<(), ErrorCode> {
+        let pending = {
+            let mut inner = self.lock();
+            let simple = member_id.is_empty() && generation_or_epoch < 0;
+            let group = if simple {
+                // A commit from outside any group protocol (an admin tool, a consumer using
+                // `assign`): the group exists for its offsets alone.
+                match inner.groups.get_mut(group_id) {
+                    Some(g) => g,
+                    None => self.group_for(&mut inner, group_id, GroupType::Classic)?,
+                }
+            } else {
+                inner
+                    .groups
+                    .get_mut(group_id)
+                    .ok_or(ResponseError::IllegalGeneration.code())?
+            };
+            match &group.kind {
+                Kind::Classic(g) => {
+                    g.validate_offset_commit(member_id, group_instance_id, generation_or_epoch)?
+                }
+                Kind::Consumer(g) => g.validate_offset_commit(member_id, generation_or_epoch)?,
+            }
+            if offsets.is_empty() {
+                return Ok(());
+            }
+            let records = offsets
+                .iter()
+                .map(|(topic, partition, offset)| GroupRecord::Offset {
+                    group: group_id.to_owned(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: Some(offset.clone()),
+                })
+                .collect();
+            for (topic, partition, offset) in offsets {
+                group.offsets.insert((topic, partition), offset);
+            }
+            self.store.write(records)
+        };
+        pending
+            .await
+            .map_err(|_| ResponseError::CoordinatorNotAvailable.code())
+    }
+
+    /// OffsetFetch for one group: the committed offset of each asked partition (`None`:
+    /// none committed), or of every partition with one when `partitions` is `None`.
+    /// `member` (OffsetFetch v9+) is checked against a KIP-848 group.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        member: Option<(&str, i32)>,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<TopicOffsets, ErrorCode> {
+        let inner = self.lock();
+        let group = inner.groups.get(group_id);
+        if let (
+            Some(Group {
+                kind: Kind::Consumer(g),
+                ..
+            }),
+            Some((member_id, epoch)),
+        ) = (group, member)
+        {
+            g.validate_offset_fetch(member_id, epoch)?;
+        }
+        let offsets = group.map(|g| &g.offsets);
+        Ok(match partitions {
+            Some(asked) => asked
+                .into_iter()
+                .map(|(topic, parts)| {
+                    let found = parts
+                        .into_iter()
+                        .map(|p| {
+                            let o = offsets.and_then(|o| o.get(&(topic.clone(), p)).cloned());
+                            (p, o)
+                        })
+                        .collect();
+                    (topic, found)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: TopicOffsets = Vec::new();
+                for ((topic, p), o) in offsets.into_iter().flatten() {
+                    match by_topic.last_mut() {
+                        Some((t, parts)) if t == topic => parts.push((*p, Some(o.clone()))),
+                        _ => by_topic.push((topic.clone(), vec![(*p, Some(o.clone()))])),
+                    }
+                }
+                by_topic
+            }
+        })
+    }
+
+    /// OffsetDelete: per partition NONE or GROUP_SUBSCRIBED_TO_TOPIC, after the deletions
+    /// are durable.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Vec<(String, Vec<i32>)>,
+    ) -> Result<Vec<(String, Vec<(i32, ErrorCode)>)>, ErrorCode> {
+        let mut records = Vec::new();
+        let results = {
+            let mut inner = self.lock();
+            let group = inner
+                .groups
+                .get_mut(group_id)
+                .ok_or(ResponseError::GroupIdNotFound.code())?;
+            let subscribed = if group.is_empty() {
+                Vec::new()
+            } else {
+                group.subscribed_topics()
+            };
+            partitions
+                .into_iter()
+                .map(|(topic, parts)| {
+                    let busy = subscribed.contains(&topic);
+                    let codes = parts
+                        .into_iter()
+                        .map(|p| {
+                            if busy {
+                                return (p, ResponseError::GroupSubscribedToTopic.code());
+                            }
+                            if group.offsets.remove(&(topic.clone(), p)).is_some() {
+                                records.push(GroupRecord::Offset {
+                                    group: group_id.to_owned(),
+                                    topic: topic.clone(),
+                                    partition: p,
+                                    offset: None,
+                                });
+                            }
+                            (p, 0)
+                        })
+                        .collect();
+                    (topic, codes)
+                })
+                .collect()
+        };
+        if !records.is_empty() {
+            self.store
+                .write(records)
+                .await
+                .map_err(|_| ResponseError::CoordinatorNotAvailable.code())?;
+        }
+        Ok(results)
+    }
+
+    /// Forgets the committed offsets of a deleted topic (Kafka does the same).
+    pub fn topic_deleted(&self, topic: &str) {
+        let mut records = Vec::new();
+        {
+            let mut inner = self.lock();
+            for (id, group) in inner.groups.iter_mut() {
+                let gone: Vec<(String, i32)> = group
+                    .offsets
+                    .keys()
+                    .filter(|(t, _)| t == topic)
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    group.offsets.remove(&key);
+                    records.push(GroupRecord::Offset {
+                        group: id.clone(),
+                        topic: key.0,
+                        partition: key.1,
+                        offset: None,
+                    });
+                }
+            }
+        }
+        if !records.is_empty() {
+            // Not awaited: a crash before the sync only leaves offsets of a topic that no
+            // longer exists, which the next deletion of the same name removes again.
+            drop(self.store.write(records));
+        }
+    }
+
+    /// Stores every group's current state and stops the store.
+    pub fn close(&self) {
+        self.store.close();
+    }
+}
+
+/// Restores a group from its stored envelope (`{"type": ..., "snapshot": ...}`).
+fn restore(
+    id: &str,
+    config: &GroupConfig,
+    value: serde_json::Value,
+    now: i64,
+) -> Result<Kind, String> {
+    let kind = value
+        .get("type")
+        .and_then(|t| t.as_str())
+        .ok_or("no group type")?
+        .to_owned();
+    let snapshot = value.get("snapshot").cloned().ok_or("no snapshot")?;
+    match kind.as_str() {
+        "classic" => {
+            let snapshot = serde_json::from_value(snapshot).map_err(|e| e.to_string())?;
+            ClassicGroup::restore(id.to_owned(), config.classic.clone(), snapshot, now)
+                .map(Kind::Classic)
+        }
+        "consumer" => {
+            let snapshot = serde_json::from_value(snapshot).map_err(|e| e.to_string())?;
+            ConsumerGroup::restore(id.to_owned(), config.consumer.clone(), snapshot, now)
+                .map(Kind::Consumer)
+        }
+        other => Err(format!("unknown group type {other:?}")),
+    }
+}
+
+/// Waits for a parked answer, at most `wait_ms` plus slack; `fallback` when the answer never
+/// comes (the member was replaced by a newer request, or its group went away).
+async fn parked<T>(rx: oneshot::Receiver<T>, wait_ms: i64, fallback: impl FnOnce() -> T) -> T {
+    let limit = Duration::from_millis((wait_ms.max(0) + PARKED_SLACK_MS) as u64);
+    match tokio::time::timeout(limit, rx).await {
+        Ok(Ok(result)) => result,
+        _ => fallback(),
+    }
+}

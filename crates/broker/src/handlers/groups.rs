@@ -1,0 +1,343 @@
+//! Classic group APIs and group administration: FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups. Each converts the wire
+//! request into the coordinator's types (`groups::classic`), and the answer back.
+
+use sluice_protocol::kafka_protocol::ResponseError;
+use sluice_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use sluice_protocol::kafka_protocol::messages::describe_groups_response::{
+    DescribedGroup, DescribedGroupMember,
+};
+use sluice_protocol::kafka_protocol::messages::find_coordinator_response::Coordinator;
+use sluice_protocol::kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use sluice_protocol::kafka_protocol::messages::leave_group_response::MemberResponse;
+use sluice_protocol::kafka_protocol::messages::list_groups_response::ListedGroup;
+use sluice_protocol::kafka_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest, SyncGroupResponse,
+};
+use sluice_protocol::kafka_protocol::protocol::StrBytes;
+
+use super::str_bytes;
+use crate::Broker;
+use crate::groups::classic;
+
+/// FindCoordinator key types.
+const KEY_GROUP: i8 = 0;
+const KEY_TRANSACTION: i8 = 1;
+
+/// DescribeGroups' `authorized_operations` when the client did not ask for them.
+const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
+
+fn opt(s: &Option<StrBytes>) -> Option<String> {
+    s.as_ref().map(|s| s.to_string())
+}
+
+/// FindCoordinator: this broker coordinates every group.
+pub fn find_coordinator(
+    broker: &Broker,
+    req: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let cfg = broker.config();
+    let answer = |key: &str| -> (i16, Option<String>) {
+        match req.key_type {
+            KEY_GROUP if key.is_empty() => (
+                ResponseError::InvalidRequest.code(),
+                Some("the group id is empty".to_owned()),
+            ),
+            KEY_GROUP => (0, None),
+            KEY_TRANSACTION => (
+                ResponseError::InvalidRequest.code(),
+                Some("this broker does not support transactions".to_owned()),
+            ),
+            other => (
+                ResponseError::InvalidRequest.code(),
+                Some(format!("unknown coordinator key type {other}")),
+            ),
+        }
+    };
+    let node = |error: i16| {
+        if error == 0 {
+            (
+                BrokerId(cfg.node_id),
+                str_bytes(&cfg.advertised_host),
+                cfg.advertised_port,
+            )
+        } else {
+            (BrokerId(-1), str_bytes(""), -1)
+        }
+    };
+    if version >= 4 {
+        let coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                let (error, message) = answer(key);
+                let (node_id, host, port) = node(error);
+                Coordinator::default()
+                    .with_key(key.clone())
+                    .with_node_id(node_id)
+                    .with_host(host)
+                    .with_port(port)
+                    .with_error_code(error)
+                    .with_error_message(message.map(str_bytes))
+            })
+            .collect();
+        FindCoordinatorResponse::default().with_coordinators(coordinators)
+    } else {
+        let (error, message) = answer(&req.key);
+        let (node_id, host, port) = node(error);
+        FindCoordinatorResponse::default()
+            .with_error_code(error)
+            .with_error_message(message.map(str_bytes))
+            .with_node_id(node_id)
+            .with_host(host)
+            .with_port(port)
+    }
+}
+
+pub async fn join_group(
+    broker: &Broker,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: String,
+    client_host: String,
+) -> JoinGroupResponse {
+    let group_id = req.group_id.0.to_string();
+    let mut response = JoinGroupResponse::default()
+        .with_member_id(req.member_id.clone())
+        .with_generation_id(-1);
+    if version < 7 {
+        // Non-nullable before v7.
+        response.protocol_name = Some(str_bytes(""));
+    }
+    if group_id.is_empty() {
+        return response.with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    let join = classic::JoinRequest {
+        member_id: req.member_id.to_string(),
+        group_instance_id: opt(&req.group_instance_id),
+        client_id,
+        client_host,
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        session_timeout_ms: req.session_timeout_ms,
+        rebalance_timeout_ms: if version == 0 {
+            req.session_timeout_ms
+        } else {
+            req.rebalance_timeout_ms
+        },
+        require_known_member_id: version >= 4,
+        reason: opt(&req.reason),
+    };
+    let result = broker.groups().join(&group_id, join).await;
+    response.error_code = result.error;
+    response.generation_id = result.generation_id;
+    response.member_id = str_bytes(result.member_id);
+    response.leader = str_bytes(result.leader);
+    response.skip_assignment = result.skip_assignment && version >= 9;
+    if version >= 7 {
+        response.protocol_type = result.protocol_type.map(str_bytes);
+        response.protocol_name = result.protocol_name.map(str_bytes);
+    } else {
+        response.protocol_name = Some(str_bytes(result.protocol_name.unwrap_or_default()));
+    }
+    response.members = result
+        .members
+        .into_iter()
+        .map(|m| {
+            JoinGroupResponseMember::default()
+                .with_member_id(str_bytes(m.member_id))
+                .with_group_instance_id(m.group_instance_id.map(str_bytes))
+                .with_metadata(m.metadata)
+        })
+        .collect();
+    response
+}
+
+pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let group_id = req.group_id.0.to_string();
+    if group_id.is_empty() {
+        return SyncGroupResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    let sync = classic::SyncRequest {
+        member_id: req.member_id.to_string(),
+        group_instance_id: opt(&req.group_instance_id),
+        generation_id: req.generation_id,
+        protocol_type: opt(&req.protocol_type),
+        protocol_name: opt(&req.protocol_name),
+        assignments: req
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect(),
+    };
+    let result = broker.groups().sync(&group_id, sync).await;
+    let mut response = SyncGroupResponse::default()
+        .with_error_code(result.error)
+        .with_assignment(result.assignment);
+    if version >= 5 {
+        response.protocol_type = result.protocol_type.map(str_bytes);
+        response.protocol_name = result.protocol_name.map(str_bytes);
+    }
+    response
+}
+
+pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    let group_id = req.group_id.0.to_string();
+    let code = if group_id.is_empty() {
+        ResponseError::InvalidGroupId.code()
+    } else {
+        broker
+            .groups()
+            .heartbeat(
+                &group_id,
+                &req.member_id,
+                req.group_instance_id.as_deref(),
+                req.generation_id,
+            )
+            .await
+    };
+    HeartbeatResponse::default().with_error_code(code)
+}
+
+pub async fn leave_group(
+    broker: &Broker,
+    req: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
+    let group_id = req.group_id.0.to_string();
+    if group_id.is_empty() {
+        return LeaveGroupResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    let members: Vec<classic::LeavingMember> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| classic::LeavingMember {
+                member_id: m.member_id.to_string(),
+                group_instance_id: opt(&m.group_instance_id),
+            })
+            .collect()
+    } else {
+        vec![classic::LeavingMember {
+            member_id: req.member_id.to_string(),
+            group_instance_id: None,
+        }]
+    };
+    let (code, codes) = broker.groups().leave(&group_id, &members).await;
+    if version >= 3 {
+        let responses = members
+            .into_iter()
+            .zip(codes.iter().copied().chain(std::iter::repeat(code)))
+            .map(|(m, c)| {
+                MemberResponse::default()
+                    .with_member_id(str_bytes(m.member_id))
+                    .with_group_instance_id(m.group_instance_id.map(str_bytes))
+                    .with_error_code(c)
+            })
+            .collect();
+        LeaveGroupResponse::default()
+            .with_error_code(code)
+            .with_members(responses)
+    } else {
+        let member_code = codes.first().copied().unwrap_or(0);
+        LeaveGroupResponse::default().with_error_code(if code != 0 { code } else { member_code })
+    }
+}
+
+pub fn list_groups(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let matches = |filter: &[StrBytes], value: &str| {
+        filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
+    };
+    let groups = broker
+        .groups()
+        .list()
+        .into_iter()
+        .filter(|g| version < 4 || matches(&req.states_filter, g.state))
+        .filter(|g| version < 5 || matches(&req.types_filter, g.group_type.name()))
+        .map(|g| {
+            ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(g.group_id)))
+                .with_protocol_type(str_bytes(g.protocol_type))
+                .with_group_state(str_bytes(g.state))
+                .with_group_type(str_bytes(g.group_type.name()))
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}
+
+pub fn describe_groups(
+    broker: &Broker,
+    req: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let operations = if req.include_authorized_operations {
+        0
+    } else {
+        OPERATIONS_NOT_ASKED
+    };
+    let groups = req
+        .groups
+        .into_iter()
+        .map(|id| {
+            let described = DescribedGroup::default()
+                .with_group_id(id.clone())
+                .with_authorized_operations(operations);
+            match broker.groups().describe_classic(&id.0) {
+                Ok(Some(d)) => {
+                    let members = d
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            DescribedGroupMember::default()
+                                .with_member_id(str_bytes(m.member_id))
+                                .with_group_instance_id(m.group_instance_id.map(str_bytes))
+                                .with_client_id(str_bytes(m.client_id))
+                                .with_client_host(str_bytes(m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment)
+                        })
+                        .collect();
+                    described
+                        .with_group_state(str_bytes(d.state.name()))
+                        .with_protocol_type(str_bytes(d.protocol_type))
+                        .with_protocol_data(str_bytes(d.protocol_name))
+                        .with_members(members)
+                }
+                Ok(None) if version >= 6 => described
+                    .with_error_code(ResponseError::GroupIdNotFound.code())
+                    .with_error_message(Some(str_bytes(format!("group {} not found", id.0))))
+                    .with_group_state(str_bytes("Dead")),
+                // Before v6 an unknown group is described as Dead, without an error.
+                Ok(None) => described.with_group_state(str_bytes("Dead")),
+                Err((code, message)) => described
+                    .with_error_code(code)
+                    .with_error_message((version >= 6).then(|| str_bytes(message)))
+                    .with_group_state(str_bytes("Dead")),
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub async fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let ids: Vec<String> = req.groups_names.iter().map(|g| g.0.to_string()).collect();
+    let codes = broker.groups().delete_groups(&ids).await;
+    let results = req
+        .groups_names
+        .into_iter()
+        .zip(codes)
+        .map(|(id, code)| {
+            DeletableGroupResult::default()
+                .with_group_id(id)
+                .with_error_code(code)
+        })
+        .collect();
+    DeleteGroupsResponse::default().with_results(results)
+}

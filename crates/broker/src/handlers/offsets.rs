@@ -1,0 +1,275 @@
+//! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
+//!
+//! Per-partition checks (the topic and partition exist, the metadata fits) happen here; the
+//! coordinator checks the committer against its group and answers once the offsets are durable.
+
+use sluice_protocol::kafka_protocol::ResponseError;
+use sluice_protocol::kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use sluice_protocol::kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use sluice_protocol::kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use sluice_protocol::kafka_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse,
+};
+
+use super::{str_bytes, topic_name};
+use crate::Broker;
+use crate::groups::{CommittedOffset, OFFSET_METADATA_MAX_BYTES, TopicOffsets};
+
+/// Whether `topic` has partition `partition`.
+fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
+    broker
+        .topics()
+        .get(topic)
+        .is_some_and(|t| (0..t.partition_count()).contains(&partition))
+}
+
+pub async fn commit(
+    broker: &Broker,
+    req: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
+    let group_id = req.group_id.0.to_string();
+    let now = broker.clock().now_ms();
+    // (topic, partition, error code); code 0 = to be committed.
+    let mut results: Vec<(String, Vec<(i32, i16)>)> = Vec::with_capacity(req.topics.len());
+    let mut offsets = Vec::new();
+    for t in &req.topics {
+        let topic = t.name.0.to_string();
+        let parts = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let code = if group_id.is_empty() {
+                    ResponseError::InvalidGroupId.code()
+                } else if !partition_exists(broker, &topic, p.partition_index) {
+                    ResponseError::UnknownTopicOrPartition.code()
+                } else if p
+                    .committed_metadata
+                    .as_ref()
+                    .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
+                {
+                    ResponseError::OffsetMetadataTooLarge.code()
+                } else {
+                    offsets.push((
+                        topic.clone(),
+                        p.partition_index,
+                        CommittedOffset {
+                            offset: p.committed_offset,
+                            leader_epoch: if version >= 6 {
+                                p.committed_leader_epoch
+                            } else {
+                                -1
+                            },
+                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                            commit_timestamp_ms: now,
+                        },
+                    ));
+                    0
+                };
+                (p.partition_index, code)
+            })
+            .collect();
+        results.push((topic, parts));
+    }
+    let group_code = if group_id.is_empty() {
+        0
+    } else {
+        match broker
+            .groups()
+            .commit_offsets(
+                &group_id,
+                &req.member_id,
+                req.group_instance_id.as_deref(),
+                req.generation_id_or_member_epoch,
+                offsets,
+            )
+            .await
+        {
+            Ok(()) => 0,
+            Err(code) => code,
+        }
+    };
+    let topics = results
+        .into_iter()
+        .map(|(topic, parts)| {
+            let partitions = parts
+                .into_iter()
+                .map(|(p, code)| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_error_code(if code == 0 { group_code } else { code })
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(topic_name(&topic))
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let lookup = |group_id: &str,
+                  member: Option<(&str, i32)>,
+                  asked: Option<Vec<(String, Vec<i32>)>>|
+     -> Result<TopicOffsets, i16> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId.code());
+        }
+        broker.groups().fetch_offsets(group_id, member, asked)
+    };
+    if version >= 8 {
+        let groups = req
+            .groups
+            .into_iter()
+            .map(|g| {
+                let member = g
+                    .member_id
+                    .as_ref()
+                    .filter(|m| !m.is_empty())
+                    .map(|m| (m.as_str(), g.member_epoch));
+                let asked = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                        .collect()
+                });
+                let response =
+                    OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                match lookup(&g.group_id.0, member, asked) {
+                    Err(code) => response.with_error_code(code),
+                    Ok(found) => response.with_topics(
+                        found
+                            .into_iter()
+                            .map(|(topic, parts)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(topic_name(&topic))
+                                    .with_partitions(
+                                        parts
+                                            .into_iter()
+                                            .map(|(p, o)| {
+                                                let (offset, epoch, metadata) = fields(o);
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(offset)
+                                                    .with_committed_leader_epoch(epoch)
+                                                    .with_metadata(Some(str_bytes(metadata)))
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                }
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let asked = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    match lookup(&req.group_id.0, None, asked) {
+        Err(code) => OffsetFetchResponse::default().with_error_code(code),
+        Ok(found) => OffsetFetchResponse::default().with_topics(
+            found
+                .into_iter()
+                .map(|(topic, parts)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic_name(&topic))
+                        .with_partitions(
+                            parts
+                                .into_iter()
+                                .map(|(p, o)| {
+                                    let (offset, epoch, metadata) = fields(o);
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(offset)
+                                        .with_committed_leader_epoch(epoch)
+                                        .with_metadata(Some(str_bytes(metadata)))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Offset, leader epoch and metadata as OffsetFetch reports them (-1, -1, "" for none).
+fn fields(o: Option<CommittedOffset>) -> (i64, i32, String) {
+    match o {
+        Some(o) => (o.offset, o.leader_epoch, o.metadata.unwrap_or_default()),
+        None => (-1, -1, String::new()),
+    }
+}
+
+pub async fn delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let group_id = req.group_id.0.to_string();
+    if group_id.is_empty() {
+        return OffsetDeleteResponse::default()
+            .with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    let mut unknown: Vec<(String, i32)> = Vec::new();
+    let asked: Vec<(String, Vec<i32>)> = req
+        .topics
+        .iter()
+        .map(|t| {
+            let topic = t.name.0.to_string();
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| p.partition_index)
+                .filter(|&p| {
+                    let exists = partition_exists(broker, &topic, p);
+                    if !exists {
+                        unknown.push((topic.clone(), p));
+                    }
+                    exists
+                })
+                .collect();
+            (topic, parts)
+        })
+        .collect();
+    let deleted = match broker.groups().delete_offsets(&group_id, asked).await {
+        Ok(d) => d,
+        Err(code) => return OffsetDeleteResponse::default().with_error_code(code),
+    };
+    let code_of = |topic: &str, p: i32| -> i16 {
+        if unknown.iter().any(|(t, q)| t == topic && *q == p) {
+            return ResponseError::UnknownTopicOrPartition.code();
+        }
+        deleted
+            .iter()
+            .find(|(t, _)| t == topic)
+            .and_then(|(_, parts)| parts.iter().find(|(q, _)| *q == p))
+            .map_or(0, |(_, code)| *code)
+    };
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code_of(&t.name.0, p.partition_index))
+                })
+                .collect();
+            OffsetDeleteResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetDeleteResponse::default().with_topics(topics)
+}
