@@ -42,6 +42,9 @@ SLUICE_STOP_S = 10  # SIGTERM grace period before SIGKILL
 CARGO_BUILD_S = 1800  # a cold debug build of the workspace on 2 cores
 MAVEN_FETCH_S = 900  # first download of Kafka's jars into ~/.m2
 KAFKA_START_S = 120  # start.sh itself gives up after 60 s
+# Environment for every `sluice serve` the suite starts: like the Kafka baseline
+# (group.initial.rebalance.delay.ms=0), the first rebalance of a new group is not delayed.
+SLUICE_ENV = {"SLUICE_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"}
 
 
 def pytest_addoption(parser):
@@ -240,7 +243,7 @@ class SluiceBroker:
             pass  # starting it below reports the problem
         log = open(self.log_path, "ab" if self.starts else "wb")
         self.starts += 1
-        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.write(("$ " + "".join(f"{k}={v} " for k, v in SLUICE_ENV.items()) + " ".join(cmd) + "\n").encode())
         log.flush()
         self.proc = subprocess.Popen(
             cmd,
@@ -248,6 +251,7 @@ class SluiceBroker:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=self.data_dir,
+            env=dict(os.environ, **SLUICE_ENV),
             preexec_fn=_die_with_parent,
         )
         found = threading.Event()

@@ -1,0 +1,190 @@
+"""A consumer group across broker crashes (Sluice only): 3 confluent-kafka consumers in one group
+on a 6-partition topic consume and commit (synchronously, after every batch) while a producer
+sends continuously; the broker is killed with SIGKILL twice and restarted on the same port and
+data directory. The consumers must come back, settle again, and resume from their committed
+offsets:
+
+- no loss: every record the producer was told was written is processed by some consumer;
+- commits are durable: a record is processed again only if no commit past it had completed
+  before (duplicates come only from uncommitted tails, e.g. a batch whose commit the crash cut off);
+- progress: commits complete after each restart, and at the end the three consumers hold
+  disjoint, balanced assignments covering the topic;
+- after the consumers closed, one more SIGKILL and restart: the group's committed offsets
+  (OffsetFetch) are still the last ones committed.
+
+Run for the classic protocol and for KIP-848 (`group.protocol=consumer`). The test owns its
+broker, like test_crash.py: `sluice serve` on a fixed free port (the clients reconnect to the same
+address); it is skipped with --target kafka-baseline and --bootstrap. The kill schedule comes from
+a seed the test prints; SLUICE_GROUPS_CRASH_SEED=N replays it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from conftest import SluiceBroker, free_ports
+from test_groups import (
+    DRAIN_S,
+    SETTLE_S,
+    ConfluentMember,
+    Feeder,
+    Member,
+    Recorder,
+    all_processed,
+    check_committed,
+    check_run,
+    confluent_conf,
+    create_topic,
+    delete_topic,
+    describe_assignments,
+    member_errors,
+    note,
+    now,
+    unprocessed,
+    wait_for,
+    run_id,
+    settled,
+    stop_all,
+)
+
+PARTITIONS = 6
+MEMBERS = 3
+KILLS = 2
+RESTART_S = 15  # a restarted broker must listen again within this (retrying a busy port)
+RECOVER_S = 45  # after a restart, commits must complete again within this
+DELIVERY_TIMEOUT_MS = 120000  # the producer keeps retrying through the outages
+
+
+@pytest.fixture(scope="module")
+def crash_target(request):
+    if request.config.getoption("--bootstrap"):
+        pytest.skip("the group crash test starts, kills and restarts its own broker; not with --bootstrap")
+    if request.config.getoption("--target") != "sluice":
+        pytest.skip("the group crash test kills and restarts `sluice serve`; it runs only with --target sluice")
+
+
+def restart(broker) -> int:
+    """Start the broker again on its address and data directory; retry while the port is busy."""
+    deadline = time.monotonic() + RESTART_S
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            broker.start()
+            return attempts
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def crash_scenario(broker, protocol: str, seed: int):
+    """The scenario against a running broker with kill() and start() (same address and data)."""
+    rng = random.Random(seed)
+    run = run_id()
+    bootstrap = broker.bootstrap
+    topic = f"compat-groups-crash-{protocol}-{run}"
+    group = f"compat-groups-crash-{protocol}-{run}"
+    client_id = f"compat-confluent-group-crash-{protocol}-{run}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": f"compat-groups-admin-{run}"})
+    create_topic(admin, topic, PARTITIONS)
+    rec = Recorder()
+    members: list[Member] = []
+    feeder = None
+    kills = []
+    try:
+        conf = confluent_conf(bootstrap, group, client_id, protocol)
+        members = [Member(f"m{i}", lambda name=f"m{i}": ConfluentMember(conf, topic, rec, name), rec) for i in range(MEMBERS)]
+        wait_for(
+            members,
+            lambda: settled(members, PARTITIONS, balanced=True),
+            SETTLE_S,
+            lambda: f"{MEMBERS} members with balanced, disjoint assignments (now: {describe_assignments(members)})",
+        )
+        feeder = Feeder(
+            bootstrap, topic, PARTITIONS, f"compat-groups-crash-{protocol}-producer-{run}", **{"delivery.timeout.ms": DELIVERY_TIMEOUT_MS}
+        )
+        wait_for(
+            members,
+            lambda: all(rec.commits_by(m.name) >= 3 for m in members),
+            30,
+            lambda: f"every member to process and commit records (commits: {[rec.commits_by(m.name) for m in members]})",
+        )
+        for i in range(1, KILLS + 1):
+            time.sleep(rng.uniform(2, 4))  # consuming and committing
+            killed_at = now()
+            broker.kill()
+            time.sleep(rng.uniform(0.5, 2.0))
+            attempts = restart(broker)
+            ready_at = now()
+            # Progress: every member commits again (its offsets after the restart).
+            wait_for(
+                members,
+                lambda: all(rec.commits_by(m.name, since=ready_at) for m in members),
+                RECOVER_S,
+                lambda: f"every member to commit again after restart {i} (now: {describe_assignments(members)}; "
+                f"commits since: {[rec.commits_by(m.name, since=ready_at) for m in members]})",
+            )
+            kills.append(dict(n=i, down=ready_at - killed_at, attempts=attempts, recovered=now() - ready_at))
+        wait_for(
+            members,
+            lambda: settled(members, PARTITIONS, balanced=True),
+            RECOVER_S,
+            lambda: f"{MEMBERS} members with balanced, disjoint assignments after the restarts (now: {describe_assignments(members)})",
+        )
+        time.sleep(2)
+        feeder.stop()
+        wait_for(members, lambda: all_processed(rec, feeder), DRAIN_S, lambda: unprocessed(rec, feeder))
+        final = describe_assignments(members)
+        for m in members:
+            m.stop()
+        for m in members:
+            m.wait_closed()
+        assert not member_errors(members), member_errors(members)
+        problems, stats = check_run(rec, feeder)
+        # One more crash with the group empty: its last commits must survive it too.
+        broker.kill()
+        time.sleep(rng.uniform(0.5, 2.0))
+        restart(broker)
+        check_committed(bootstrap, group, topic, PARTITIONS, rec, problems)
+        note(
+            [
+                f"groups crash {protocol} (seed {seed}): {KILLS} SIGKILLs while consuming (and one after); "
+                + "; ".join(
+                    f"kill {k['n']}: listening again after {k['down']:.1f} s"
+                    + (f" ({k['attempts']} attempts)" if k["attempts"] > 1 else "")
+                    + f", all members committing again {k['recovered']:.1f} s later"
+                    for k in kills
+                )
+                + f"; at the end {final}",
+                f"  {stats['delivered']} records produced, {stats['processed']} processed ({stats['duplicates']} duplicates), "
+                f"{stats['commits']} partition commits ({stats['commit_errors']} failed), "
+                f"{len(rec.client_errors)} client errors reported (e.g. broker down)",
+            ]
+        )
+        problems.raise_if_any(f"groups crash {protocol} (seed {seed})")
+    finally:
+        stop_all(members, feeder)
+        try:
+            delete_topic(admin, topic)
+        except Exception as e:  # (the broker may be down after a failure; its data goes with it)
+            print(f"could not delete {topic}: {e!r}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_survives_broker_crash(crash_target, protocol):
+    seed = int(os.environ.get("SLUICE_GROUPS_CRASH_SEED") or random.randrange(1 << 32))
+    print(f"groups crash test: seed {seed} (SLUICE_GROUPS_CRASH_SEED={seed} replays the kill schedule)")
+    port = free_ports(1)[0]
+    broker = SluiceBroker(kafka_addr=f"127.0.0.1:{port}", log_name=f"sluice-groups-crash-{protocol}.log")
+    try:
+        broker.start()
+        crash_scenario(broker, protocol, seed)
+    finally:
+        broker.stop()
