@@ -6,8 +6,11 @@ tool) against each broker, on a fresh topic with 6 partitions per case:
   - 100 B records, acks=all, as fast as possible;
   - 1 KiB records, acks=all, as fast as possible;
   - 100 B records, acks=all, at a fixed 50,000 records/s (latency below saturation).
-Consumer: kcat reading the 100 B topic from the beginning to its end (Kafka's
-ConsumerPerformance needs consumer groups, which Sluice does not have yet).
+Consumer: Kafka's own ConsumerPerformance (the kafka-consumer-perf-test tool: one consumer in a
+new consumer group, classic protocol) reading the 100 B topic from the beginning to its end;
+then kcat (librdkafka, no group) reading it again. Sluice runs with
+--group-initial-rebalance-delay-ms 0, as the Kafka baseline is configured
+(group.initial.rebalance.delay.ms=0).
 Broker cost: peak RSS (VmHWM) and CPU seconds (utime+stime) of the broker process per case.
 
 Brokers alternate (Kafka, Sluice, then Sluice, Kafka, ...) and each run starts both on fresh
@@ -95,7 +98,7 @@ class Sluice:
         self.log = open(self.home / "sluice.log", "w")
         self.proc = subprocess.Popen(
             [str(SLUICE_BIN), "serve", "--data-dir", str(self.home / "data"),
-             "--kafka-addr", f"127.0.0.1:{self.port}"],
+             "--kafka-addr", f"127.0.0.1:{self.port}", "--group-initial-rebalance-delay-ms", "0"],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
         deadline = time.time() + 30
@@ -143,6 +146,31 @@ def produce(broker, topic, n, size, rate):
             "p99_ms": int(g[7]), "p999_ms": int(g[8]), "broker_cpu_s": round(cpu, 2), "wall_s": round(wall, 1)}
 
 
+def consume_perf(broker, topic, expected):
+    """ConsumerPerformance: records/s over the whole run and over fetching alone (without the
+    group join, which the tool reports separately)."""
+    subprocess.run(["sync"])
+    cpu0 = cpu_seconds(broker.pid)
+    t0 = time.time()
+    r = tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", f"127.0.0.1:{broker.port}",
+             "--topic", topic, "--messages", str(expected), "--timeout", "60000",
+             "--group", f"perf-{broker.name}-{int(t0)}")
+    wall = time.time() - t0
+    # Header: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec,
+    # rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+    values = None
+    for line in r.stdout.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) >= 10 and re.fullmatch(r"[\d.]+", fields[4] or "x"):
+            values = fields
+    if r.returncode != 0 or values is None or int(values[4]) < expected:
+        raise RuntimeError(f"ConsumerPerformance on {broker.name}: {r.stdout[-2000:]} {r.stderr[-2000:]}")
+    return {"records": int(values[4]), "records_per_s": round(float(values[5])),
+            "mb_per_s": float(values[3]), "rebalance_ms": int(float(values[6])),
+            "fetch_records_per_s": round(float(values[9])),
+            "broker_cpu_s": round(cpu_seconds(broker.pid) - cpu0, 2), "wall_s": round(wall, 2)}
+
+
 def consume(broker, topic, expected):
     subprocess.run(["sync"])
     cpu0 = cpu_seconds(broker.pid)
@@ -180,6 +208,11 @@ def main():
                     print(json.dumps(r), file=sys.stderr, flush=True)
                     with results.open("a") as f:
                         f.write(json.dumps(r) + "\n")
+                r = consume_perf(broker, f"t-100--1", N_SMALL)
+                r.update(run=run, broker=broker.name, case="consume-100B-perf", peak_rss_mib=round(peak_rss_mib(broker.pid)))
+                print(json.dumps(r), file=sys.stderr, flush=True)
+                with results.open("a") as f:
+                    f.write(json.dumps(r) + "\n")
                 r = consume(broker, f"t-100--1", N_SMALL)
                 r.update(run=run, broker=broker.name, case="consume-100B-kcat", peak_rss_mib=round(peak_rss_mib(broker.pid)))
                 print(json.dumps(r), file=sys.stderr, flush=True)
@@ -217,6 +250,11 @@ def summarize(results):
         if "p99_ms" in rows[0] and case.startswith("produce"):
             kp, sp = med(case, "kafka", "p99_ms"), med(case, "sluice", "p99_ms")
             extra = f", p99 {sp} ms vs {kp} ms"
+        if "fetch_records_per_s" in next(r for r in rows if r["case"] == case):
+            kf, sf = med(case, "kafka", "fetch_records_per_s"), med(case, "sluice", "fetch_records_per_s")
+            kr, sr = med(case, "kafka", "rebalance_ms"), med(case, "sluice", "rebalance_ms")
+            extra = (f", fetch-only throughput {sf / kf:.2f}x ({sf:,.0f} vs {kf:,.0f} records/s),"
+                     f" group join {sr:.0f} ms vs {kr:.0f} ms")
         lines.append(f"- {case}: throughput {s['records_per_s'] / k['records_per_s']:.2f}x, broker CPU "
                      f"{s['broker_cpu_s'] / max(k['broker_cpu_s'], 0.01):.2f}x, peak RSS "
                      f"{s['peak_rss_mib'] / k['peak_rss_mib']:.2f}x{extra}")
