@@ -23,7 +23,7 @@ use sluice_server::ServerConfig;
 pub struct ServeArgs {
     /// TOML config file (keys: data_dir, kafka_addr, advertised_host, auto_create_topics,
     /// default_partitions, retention_ms, retention_bytes, segment_bytes, segment_ms,
-    /// flush_interval_ms, max_request_bytes, max_message_bytes, group_initial_rebalance_delay_ms,
+    /// flush_interval_ms, sync_threads, max_request_bytes, max_message_bytes, group_initial_rebalance_delay_ms,
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max)
     #[arg(long, env = "SLUICE_CONFIG")]
     config: Option<PathBuf>,
@@ -58,6 +58,10 @@ pub struct ServeArgs {
     /// (acknowledgements wait for it) [default: 0]
     #[arg(long, env = "SLUICE_FLUSH_INTERVAL_MS")]
     flush_interval_ms: Option<u64>,
+    /// Threads that run fdatasyncs for the partitions (each syncs one partition at a time)
+    /// [default: 4]
+    #[arg(long, env = "SLUICE_SYNC_THREADS")]
+    sync_threads: Option<usize>,
     /// Largest request accepted, in bytes [default: 104857600 = 100 MiB]
     #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES")]
     max_request_bytes: Option<usize>,
@@ -96,6 +100,7 @@ struct FileConfig {
     segment_bytes: Option<u64>,
     segment_ms: Option<i64>,
     flush_interval_ms: Option<u64>,
+    sync_threads: Option<usize>,
     max_request_bytes: Option<usize>,
     max_message_bytes: Option<i64>,
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -190,6 +195,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             bail!("groups_max must be at least 1");
         }
         groups.groups_max = v;
+    }
+    if let Some(v) = args.sync_threads.or(file.sync_threads) {
+        if !(1..=64).contains(&v) {
+            bail!("sync_threads must be between 1 and 64, got {v}");
+        }
+        broker_config.sync_threads = v;
     }
     match args.flush_interval_ms.or(file.flush_interval_ms) {
         None | Some(0) => {}
