@@ -4,105 +4,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::{Server, have_kcat, kcat};
+use common::{COMMAND_TIMEOUT, Server, finish, have_kcat, kcat, run_cli};
 use serde_json::Value;
-
-/// How long one CLI invocation may take before the test gives up on it.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Running the CLI against a test server.
-trait Cli {
-    /// Runs `sluice ARGS` against this server with `stdin` as input.
-    fn run(&self, args: &[&str], stdin: &str) -> Run;
-
-    /// Like `run`, and asserts success.
-    fn ok(&self, args: &[&str], stdin: &str) -> Run {
-        let run = self.run(args, stdin);
-        assert!(
-            run.status.success(),
-            "sluice {args:?} failed: {}",
-            run.stderr
-        );
-        run
-    }
-
-    /// Like `run`, and asserts a non-zero exit.
-    fn fails(&self, args: &[&str], stdin: &str) -> Run {
-        let run = self.run(args, stdin);
-        assert!(
-            !run.status.success(),
-            "sluice {args:?} should fail; stdout: {}",
-            run.stdout
-        );
-        run
-    }
-}
-
-impl Cli for Server {
-    fn run(&self, args: &[&str], stdin: &str) -> Run {
-        run_cli(&self.bootstrap(), args, stdin)
-    }
-}
-
-/// The outcome of one CLI invocation.
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-fn run_cli(bootstrap: &str, args: &[&str], stdin: &str) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_BOOTSTRAP", bootstrap)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sluice");
-    let (status, stdout, stderr) = finish(&mut child, stdin.as_bytes(), COMMAND_TIMEOUT);
-    Run {
-        status,
-        stdout,
-        stderr,
-    }
-}
-
-/// Feeds `stdin`, collects stdout/stderr, and waits for `child` (killing it, by its handle,
-/// past `timeout`).
-fn finish(child: &mut Child, stdin: &[u8], timeout: Duration) -> (ExitStatus, String, String) {
-    let mut input = child.stdin.take().expect("stdin");
-    let stdin = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&stdin);
-    });
-    let read_all = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = r.read_to_end(&mut s);
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let out = read_all(Box::new(child.stdout.take().expect("stdout")));
-    let err = read_all(Box::new(child.stderr.take().expect("stderr")));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            panic!("command did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    writer.join().unwrap();
-    (status, out.join().unwrap(), err.join().unwrap())
-}
 
 fn json_lines(stdout: &str) -> Vec<Value> {
     stdout

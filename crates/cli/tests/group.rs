@@ -7,108 +7,31 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Server, have_kcat};
+use common::{Server, have_kcat, run_cli};
 use serde_json::{Value, json};
 
-/// How long one CLI invocation may take before the test gives up on it.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long to wait for a group to reach a state (a consumer joining or leaving).
 const GROUP_WAIT: Duration = Duration::from_secs(60);
 
-/// The outcome of one CLI invocation.
-struct Run {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-fn run_cli(bootstrap: &str, args: &[&str], stdin: &str) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_BOOTSTRAP", bootstrap)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sluice");
-    let mut input = child.stdin.take().expect("stdin");
-    let stdin = stdin.as_bytes().to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&stdin);
-    });
-    let read_all = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = r.read_to_end(&mut s);
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let out = read_all(Box::new(child.stdout.take().expect("stdout")));
-    let err = read_all(Box::new(child.stderr.take().expect("stderr")));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > COMMAND_TIMEOUT {
-            let _ = child.kill();
-            panic!("sluice {args:?} did not finish within {COMMAND_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    writer.join().unwrap();
-    Run {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
-}
-
-/// Running the CLI against a test server.
-trait Cli {
-    fn run(&self, args: &[&str], stdin: &str) -> Run;
-
-    /// Like `run`, and asserts success.
-    fn ok(&self, args: &[&str], stdin: &str) -> Run {
-        let run = self.run(args, stdin);
-        assert!(
-            run.status.success(),
-            "sluice {args:?} failed: {}",
-            run.stderr
-        );
-        run
-    }
-
-    /// Like `run`, and asserts a non-zero exit.
-    fn fails(&self, args: &[&str]) -> Run {
-        let run = self.run(args, "");
-        assert!(
-            !run.status.success(),
-            "sluice {args:?} should fail; stdout: {}",
-            run.stdout
-        );
-        run
-    }
-
+/// Group commands with JSON output, against a test server.
+trait GroupCli {
     /// `group describe GROUP --json`.
+    fn describe(&self, group: &str) -> Value;
+    /// `group list --json`, one object per group.
+    fn list(&self) -> Vec<Value>;
+}
+
+impl GroupCli for Server {
     fn describe(&self, group: &str) -> Value {
         let out = self.ok(&["group", "describe", group, "--json"], "").stdout;
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
     }
 
-    /// `group list --json`, one object per group.
     fn list(&self) -> Vec<Value> {
         json_lines(&self.ok(&["group", "list", "--json"], "").stdout)
-    }
-}
-
-impl Cli for Server {
-    fn run(&self, args: &[&str], stdin: &str) -> Run {
-        run_cli(&self.bootstrap(), args, stdin)
     }
 }
 
@@ -273,7 +196,7 @@ fn offsets_only_group_reset_describe_list_and_delete() {
     let run = server.ok(&["group", "list"], "");
     assert_eq!(run.stdout, "");
     assert!(server.list().is_empty());
-    let run = server.fails(&["group", "describe", "app"]);
+    let run = server.fails(&["group", "describe", "app"], "");
     assert!(run.stderr.contains("GROUP_ID_NOT_FOUND"), "{}", run.stderr);
     assert!(run.stderr.contains("sluice group list"), "{}", run.stderr);
 
@@ -299,7 +222,7 @@ fn offsets_only_group_reset_describe_list_and_delete() {
     );
     assert!(run.stderr.contains("--execute"), "{}", run.stderr);
     assert!(server.list().is_empty());
-    server.fails(&["group", "describe", "app"]);
+    server.fails(&["group", "describe", "app"], "");
 
     // --execute commits; offsets past the log end are clamped to it.
     let run = server.ok(
@@ -498,9 +421,9 @@ fn offsets_only_group_reset_describe_list_and_delete() {
     let run = server.ok(&["group", "delete", "app"], "");
     assert_eq!(run.stdout, "deleted group app\n");
     assert!(server.list().is_empty());
-    let run = server.fails(&["group", "describe", "app"]);
+    let run = server.fails(&["group", "describe", "app"], "");
     assert!(run.stderr.contains("GROUP_ID_NOT_FOUND"), "{}", run.stderr);
-    let run = server.fails(&["group", "delete", "app"]);
+    let run = server.fails(&["group", "delete", "app"], "");
     assert!(run.stderr.contains("GROUP_ID_NOT_FOUND"), "{}", run.stderr);
 }
 
@@ -564,49 +487,61 @@ fn group_errors_name_the_kafka_error_and_exit_non_zero() {
     let server = Server::start_fresh();
     orders(&server);
 
-    let run = server.fails(&[
-        "group",
-        "reset-offsets",
-        "g",
-        "--topic",
-        "nosuch",
-        "--to-earliest",
-    ]);
+    let run = server.fails(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "nosuch",
+            "--to-earliest",
+        ],
+        "",
+    );
     assert!(
         run.stderr
             .contains("topic 'nosuch' does not exist (UNKNOWN_TOPIC_OR_PARTITION)"),
         "{}",
         run.stderr
     );
-    let run = server.fails(&[
-        "group",
-        "reset-offsets",
-        "g",
-        "--topic",
-        "orders:3",
-        "--to-earliest",
-    ]);
+    let run = server.fails(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "orders:3",
+            "--to-earliest",
+        ],
+        "",
+    );
     assert!(
         run.stderr.contains("topic 'orders' has no partition 3"),
         "{}",
         run.stderr
     );
-    let run = server.fails(&[
-        "group",
-        "reset-offsets",
-        "g",
-        "--topic",
-        "orders",
-        "--shift-by",
-        "1",
-    ]);
+    let run = server.fails(
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "orders",
+            "--shift-by",
+            "1",
+        ],
+        "",
+    );
     assert!(
         run.stderr.contains("--shift-by needs a committed offset")
             && run.stderr.contains("orders/0, orders/1, orders/2"),
         "{}",
         run.stderr
     );
-    let run = server.fails(&["group", "reset-offsets", "g", "--all-topics", "--to-latest"]);
+    let run = server.fails(
+        &["group", "reset-offsets", "g", "--all-topics", "--to-latest"],
+        "",
+    );
     assert!(
         run.stderr.contains("has no committed offsets"),
         "{}",
@@ -630,7 +565,7 @@ fn group_errors_name_the_kafka_error_and_exit_non_zero() {
         ],
         "",
     );
-    let run = server.fails(&["group", "delete", "keep", "never-was"]);
+    let run = server.fails(&["group", "delete", "keep", "never-was"], "");
     assert_eq!(run.stdout, "deleted group keep\n");
     assert!(
         run.stderr
@@ -773,7 +708,7 @@ fn active_members_are_shown_and_block_delete_and_reset() {
     );
 
     // A live group can be neither deleted nor reset; a dry run still shows the plan.
-    let run = server.fails(&["group", "delete", "live"]);
+    let run = server.fails(&["group", "delete", "live"], "");
     assert!(run.stderr.contains("NON_EMPTY_GROUP"), "{}", run.stderr);
     assert!(run.stderr.contains("stop its consumers"), "{}", run.stderr);
     let reset = [
@@ -784,7 +719,7 @@ fn active_members_are_shown_and_block_delete_and_reset() {
         "orders",
         "--to-earliest",
     ];
-    let run = server.fails(&[&reset[..], &["--execute"]].concat());
+    let run = server.fails(&[&reset[..], &["--execute"]].concat(), "");
     assert!(
         run.stderr.contains("is active (state Stable, 1 member)")
             && run.stderr.contains("stop its consumers"),

@@ -495,33 +495,11 @@ impl Coordinator {
                 return error(ResponseError::InconsistentGroupProtocol.code());
             };
             let mut effects = Vec::new();
-            let reply = match g.join(self.clock.now_ms(), req, &mut effects) {
-                classic::Reply::Now(result) => Err(result),
-                classic::Reply::Later { member_id } => {
-                    let (tx, rx) = oneshot::channel();
-                    group.joins.insert(member_id, tx);
-                    Ok(rx)
-                }
-            };
+            let reply = g.join(self.clock.now_ms(), req, &mut effects);
+            let reply = Answer::park(reply, &mut group.joins);
             (reply, self.classic_effects(group_id, group, effects))
         };
-        let durable = deliveries.durable.clone();
-        deliveries.send();
-        match reply {
-            Err(result) => match durable {
-                Some(d) => match d.await {
-                    Ok(()) => result,
-                    Err(_) => error(ResponseError::CoordinatorNotAvailable.code()),
-                },
-                None => result,
-            },
-            Ok(rx) => {
-                parked(rx, wait_ms, || {
-                    error(ResponseError::RebalanceInProgress.code())
-                })
-                .await
-            }
-        }
+        reply.deliver(deliveries, wait_ms, error).await
     }
 
     /// SyncGroup: answers when the leader's assignment is stored (or at once).
@@ -540,37 +518,15 @@ impl Coordinator {
             };
             let wait_ms = i64::from(self.config.classic.session_timeout_max_ms);
             let mut effects = Vec::new();
-            let reply = match g.sync(self.clock.now_ms(), req, &mut effects) {
-                classic::Reply::Now(result) => Err(result),
-                classic::Reply::Later { member_id } => {
-                    let (tx, rx) = oneshot::channel();
-                    group.syncs.insert(member_id, tx);
-                    Ok(rx)
-                }
-            };
+            let reply = g.sync(self.clock.now_ms(), req, &mut effects);
+            let reply = Answer::park(reply, &mut group.syncs);
             (
                 reply,
                 self.classic_effects(group_id, group, effects),
                 wait_ms,
             )
         };
-        let durable = deliveries.durable.clone();
-        deliveries.send();
-        match reply {
-            Err(result) => match durable {
-                Some(d) => match d.await {
-                    Ok(()) => result,
-                    Err(_) => error(ResponseError::CoordinatorNotAvailable.code()),
-                },
-                None => result,
-            },
-            Ok(rx) => {
-                parked(rx, wait_ms, || {
-                    error(ResponseError::RebalanceInProgress.code())
-                })
-                .await
-            }
-        }
+        reply.deliver(deliveries, wait_ms, error).await
     }
 
     /// Heartbeat of a classic member: its error code.
@@ -995,12 +951,54 @@ fn restore(
     }
 }
 
-/// Waits for a parked answer, at most `wait_ms` plus slack; `fallback` when the answer never
-/// comes (the member was replaced by a newer request, or its group went away).
-async fn parked<T>(rx: oneshot::Receiver<T>, wait_ms: i64, fallback: impl FnOnce() -> T) -> T {
-    let limit = Duration::from_millis((wait_ms.max(0) + PARKED_SLACK_MS) as u64);
-    match tokio::time::timeout(limit, rx).await {
-        Ok(Ok(result)) => result,
-        _ => fallback(),
+/// A classic JoinGroup/SyncGroup answer: ready now, or parked until a rebalance step sends it.
+enum Answer<T> {
+    Now(T),
+    Parked(oneshot::Receiver<T>),
+}
+
+impl<T> Answer<T> {
+    /// Parks a `Reply::Later` in `waiting` under its member id (replacing, and so dropping, an
+    /// older request of the same member).
+    fn park(reply: classic::Reply<T>, waiting: &mut HashMap<String, oneshot::Sender<T>>) -> Self {
+        match reply {
+            classic::Reply::Now(result) => Answer::Now(result),
+            classic::Reply::Later { member_id } => {
+                let (tx, rx) = oneshot::channel();
+                waiting.insert(member_id, tx);
+                Answer::Parked(rx)
+            }
+        }
+    }
+
+    /// Sends the other members' answers, then this one: an answer given now waits for the
+    /// durable write its call made (COORDINATOR_NOT_AVAILABLE if it failed); a parked one waits
+    /// at most `wait_ms` plus slack (REBALANCE_IN_PROGRESS when it never comes: the member was
+    /// replaced by a newer request, or its group went away).
+    async fn deliver(
+        self,
+        deliveries: Deliveries,
+        wait_ms: i64,
+        error: impl Fn(ErrorCode) -> T,
+    ) -> T {
+        let durable = deliveries.durable.clone();
+        deliveries.send();
+        match self {
+            Answer::Now(result) => {
+                if let Some(d) = durable
+                    && d.await.is_err()
+                {
+                    return error(ResponseError::CoordinatorNotAvailable.code());
+                }
+                result
+            }
+            Answer::Parked(rx) => {
+                let limit = Duration::from_millis((wait_ms.max(0) + PARKED_SLACK_MS) as u64);
+                match tokio::time::timeout(limit, rx).await {
+                    Ok(Ok(result)) => result,
+                    _ => error(ResponseError::RebalanceInProgress.code()),
+                }
+            }
+        }
     }
 }

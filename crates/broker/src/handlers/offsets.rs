@@ -116,6 +116,33 @@ pub async fn commit(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// OffsetFetch's topics from a group's [`TopicOffsets`], in either response shape (v8+ nests
+/// them under groups with types of their own; the fields are the same).
+macro_rules! fetched_topics {
+    ($found:expr, $topic:ident, $partition:ident) => {
+        $found
+            .into_iter()
+            .map(|(topic, parts)| {
+                $topic::default()
+                    .with_name(topic_name(&topic))
+                    .with_partitions(
+                        parts
+                            .into_iter()
+                            .map(|(p, o)| {
+                                let (offset, epoch, metadata) = fields(o);
+                                $partition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(offset)
+                                    .with_committed_leader_epoch(epoch)
+                                    .with_metadata(Some(str_bytes(metadata)))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect()
+    };
+}
+
 pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     let lookup = |group_id: &str,
                   member: Option<(&str, i32)>,
@@ -145,28 +172,11 @@ pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFe
                     OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
                 match lookup(&g.group_id.0, member, asked) {
                     Err(code) => response.with_error_code(code),
-                    Ok(found) => response.with_topics(
-                        found
-                            .into_iter()
-                            .map(|(topic, parts)| {
-                                OffsetFetchResponseTopics::default()
-                                    .with_name(topic_name(&topic))
-                                    .with_partitions(
-                                        parts
-                                            .into_iter()
-                                            .map(|(p, o)| {
-                                                let (offset, epoch, metadata) = fields(o);
-                                                OffsetFetchResponsePartitions::default()
-                                                    .with_partition_index(p)
-                                                    .with_committed_offset(offset)
-                                                    .with_committed_leader_epoch(epoch)
-                                                    .with_metadata(Some(str_bytes(metadata)))
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    ),
+                    Ok(found) => response.with_topics(fetched_topics!(
+                        found,
+                        OffsetFetchResponseTopics,
+                        OffsetFetchResponsePartitions
+                    )),
                 }
             })
             .collect();
@@ -179,28 +189,11 @@ pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFe
     });
     match lookup(&req.group_id.0, None, asked) {
         Err(code) => OffsetFetchResponse::default().with_error_code(code),
-        Ok(found) => OffsetFetchResponse::default().with_topics(
-            found
-                .into_iter()
-                .map(|(topic, parts)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(topic_name(&topic))
-                        .with_partitions(
-                            parts
-                                .into_iter()
-                                .map(|(p, o)| {
-                                    let (offset, epoch, metadata) = fields(o);
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_committed_offset(offset)
-                                        .with_committed_leader_epoch(epoch)
-                                        .with_metadata(Some(str_bytes(metadata)))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
+        Ok(found) => OffsetFetchResponse::default().with_topics(fetched_topics!(
+            found,
+            OffsetFetchResponseTopic,
+            OffsetFetchResponsePartition
+        )),
     }
 }
 

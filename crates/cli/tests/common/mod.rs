@@ -1,9 +1,9 @@
-//! Helpers shared by the black-box tests: a `sluice serve` child process on a free port, and
-//! kcat.
+//! Helpers shared by the black-box tests: a `sluice serve` child process on a free port, the
+//! `sluice` CLI run against it, and kcat.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// A `sluice serve` child process, killed (by its PID) when dropped.
@@ -55,7 +55,7 @@ impl Server {
     }
 
     /// Stops the server with SIGTERM; returns its exit status and its data directory.
-    pub fn stop(mut self) -> (std::process::ExitStatus, tempfile::TempDir) {
+    pub fn stop(mut self) -> (ExitStatus, tempfile::TempDir) {
         // SIGTERM: graceful shutdown.
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -105,4 +105,94 @@ pub fn kcat(args: &[&str], stdin: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// How long one CLI invocation may take before the test gives up on it.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The outcome of one CLI invocation.
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `sluice ARGS` with `bootstrap` as its default broker and `stdin` as input.
+pub fn run_cli(bootstrap: &str, args: &[&str], stdin: &str) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env("SLUICE_BOOTSTRAP", bootstrap)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice");
+    let (status, stdout, stderr) = finish(&mut child, stdin.as_bytes(), COMMAND_TIMEOUT);
+    Run {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Feeds `stdin`, collects stdout/stderr, and waits for `child` (killing it, by its handle,
+/// past `timeout`).
+pub fn finish(child: &mut Child, stdin: &[u8], timeout: Duration) -> (ExitStatus, String, String) {
+    let mut input = child.stdin.take().expect("stdin");
+    let stdin = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let read_all = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = read_all(Box::new(child.stdout.take().expect("stdout")));
+    let err = read_all(Box::new(child.stderr.take().expect("stderr")));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            panic!("command did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    writer.join().unwrap();
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
+/// Running the CLI against a test server.
+impl Server {
+    /// Runs `sluice ARGS` against this server with `stdin` as input.
+    pub fn run(&self, args: &[&str], stdin: &str) -> Run {
+        run_cli(&self.bootstrap(), args, stdin)
+    }
+
+    /// Like `run`, and asserts success.
+    pub fn ok(&self, args: &[&str], stdin: &str) -> Run {
+        let run = self.run(args, stdin);
+        assert!(
+            run.status.success(),
+            "sluice {args:?} failed: {}",
+            run.stderr
+        );
+        run
+    }
+
+    /// Like `run`, and asserts a non-zero exit.
+    pub fn fails(&self, args: &[&str], stdin: &str) -> Run {
+        let run = self.run(args, stdin);
+        assert!(
+            !run.status.success(),
+            "sluice {args:?} should fail; stdout: {}",
+            run.stdout
+        );
+        run
+    }
 }
