@@ -29,7 +29,7 @@ trap cleanup EXIT
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for threads in ${THREADS:-1 4 2}; do
     dir="$(mktemp -d "$repo/target/bench-sync-threads.XXXX")"
-    target/release/sluice serve --data-dir "$dir/data" --kafka-addr 127.0.0.1:0 --sync-threads "$threads" >"$dir/log" 2>&1 &
+    target/release/sluice serve --data-dir "$dir/data" --kafka-addr 127.0.0.1:0 --http-addr off --sync-threads "$threads" >"$dir/log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do grep -q 'kafka listening' "$dir/log" && break; sleep 0.1; done
     port="$(grep -o 'kafka listening on 127.0.0.1:[0-9]*' "$dir/log" | cut -d: -f2)"

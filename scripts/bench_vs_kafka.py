@@ -98,7 +98,8 @@ class Sluice:
         self.log = open(self.home / "sluice.log", "w")
         self.proc = subprocess.Popen(
             [str(SLUICE_BIN), "serve", "--data-dir", str(self.home / "data"),
-             "--kafka-addr", f"127.0.0.1:{self.port}", "--group-initial-rebalance-delay-ms", "0"],
+             "--kafka-addr", f"127.0.0.1:{self.port}", "--http-addr", "off",
+             "--group-initial-rebalance-delay-ms", "0"],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
         deadline = time.time() + 30

@@ -18,6 +18,7 @@ pub mod config;
 pub mod errors;
 pub mod groups;
 mod handlers;
+pub mod metrics;
 pub mod producers;
 pub mod topics;
 
@@ -35,6 +36,14 @@ use groups::assignor::TopicInfo;
 pub use topics::{Topic, TopicError, TopicRegistry};
 use uuid::Uuid;
 
+/// Why an append was refused: a Kafka error code and a message that says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AppendError {
+    pub code: i16,
+    pub message: String,
+}
+
 /// The broker: topics, their logs, and the group committer that makes appends durable.
 #[derive(Debug)]
 pub struct Broker {
@@ -44,6 +53,7 @@ pub struct Broker {
     clock: Arc<dyn Clock>,
     producer_ids: producers::ProducerIds,
     groups: Arc<groups::Coordinator>,
+    metrics: metrics::Metrics,
 }
 
 impl Broker {
@@ -81,6 +91,7 @@ impl Broker {
             clock,
             producer_ids,
             groups: Arc::new(groups),
+            metrics: metrics::Metrics::default(),
         })
     }
 
@@ -271,6 +282,53 @@ impl Broker {
     pub fn shutdown(&self) {
         self.topics.close_all();
         self.groups.close();
+    }
+
+    /// Creates a topic with the checks CreateTopics applies (the HTTP API's path).
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: TopicConfig,
+    ) -> Result<Arc<Topic>, TopicError> {
+        self.topics.create(
+            name,
+            partitions,
+            configs,
+            &self.config,
+            &self.committer,
+            &self.clock,
+        )
+    }
+
+    /// Deletes a topic and forgets the committed offsets of its partitions (as DeleteTopics).
+    pub fn delete_topic(&self, name: &str) -> Result<(), TopicError> {
+        self.topics.delete(name)?;
+        self.groups.topic_deleted(name);
+        Ok(())
+    }
+
+    /// Appends record batches (built by the caller, not idempotent) to one partition with the
+    /// checks Produce applies: the partition exists, no batch is over the topic's
+    /// `max.message.bytes`, every batch is valid. The returned handle says when they are durable.
+    pub fn append(
+        &self,
+        topic: &Topic,
+        partition: i32,
+        records: &[u8],
+    ) -> Result<sluice_log::Appended, AppendError> {
+        handlers::produce::append_plain(self, topic, partition, records)
+            .map_err(|(code, message)| AppendError { code, message })
+    }
+
+    /// The broker's counters and histograms, rendered by the HTTP API's `/metrics`.
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.metrics
+    }
+
+    /// fdatasync counters of the group committer.
+    pub fn commit_stats(&self) -> sluice_log::CommitStatsSnapshot {
+        self.committer.stats()
     }
 
     /// The group coordinator.

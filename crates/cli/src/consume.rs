@@ -4,7 +4,7 @@
 //! `--from` into a start offset per partition and records each partition's end (its high
 //! watermark when the command starts) → Fetch (long poll: `max_wait_ms` 500, `min_bytes` 1) from
 //! each partition's leader → decode the uncompressed RecordBatch v2 batches
-//! ([`crate::records`]) → print each record ([`Output`]). Without `--follow` a partition is
+//! ([`sluice_protocol::records`]) → print each record ([`Output`]). Without `--follow` a partition is
 //! done once it reaches its end; with it, the command waits for new records until `--count` is
 //! reached or it is interrupted. No consumer group is used and no offset is committed.
 
@@ -27,7 +27,7 @@ use sluice_protocol::kafka_protocol::messages::{
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
 use crate::client::{BootstrapArgs, Cluster, TopicInfo, block_on, kafka_error, plural};
-use crate::records::{Batches, ConsumedRecord};
+use sluice_protocol::records::{Batches, ConsumedRecord};
 
 /// Long-poll settings of every fetch: answer as soon as there is one byte, or after 500 ms.
 const FETCH_MAX_WAIT_MS: i32 = 500;

@@ -4,7 +4,6 @@ mod client;
 mod consume;
 mod group;
 mod produce;
-mod records;
 mod serve;
 mod topic;
 

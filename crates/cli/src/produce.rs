@@ -26,7 +26,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use crate::client::{
     BootstrapArgs, Cluster, REQUEST_TIMEOUT_MS, TopicInfo, block_on, kafka_error, plural,
 };
-use crate::records::{Header, ProducerRecord, encode_batch};
+use sluice_protocol::records::{Header, ProducerRecord, encode_batch};
 use crate::topic::parse_key_value;
 
 /// Send once about this many record bytes are queued: below the default `max.message.bytes`

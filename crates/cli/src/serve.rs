@@ -8,20 +8,30 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use sluice_broker::{Broker, BrokerConfig};
 use sluice_log::FlushPolicy;
+use sluice_http::auth::{ApiKeyConfig, Auth};
+use sluice_http::{AppState, HttpConfig};
 use sluice_server::ServerConfig;
 
 /// Run the broker.
 ///
 /// Example:
-///   sluice serve --data-dir /var/lib/sluice --kafka-addr 0.0.0.0:9092
+///   sluice serve --data-dir /var/lib/sluice --kafka-addr 0.0.0.0:9092 --http-addr 127.0.0.1:8080
 ///
 /// Every setting can also come from a TOML file (--config) or an environment variable; flags win
 /// over the environment, which wins over the file. A port of 0 picks a free port; the bound
-/// address is logged as `kafka listening on HOST:PORT`.
+/// addresses are logged as `kafka listening on HOST:PORT` and `http listening on HOST:PORT`.
+///
+/// HTTP API keys live in the config file only, as `[[http_api_keys]]` tables (name, sha256,
+/// read, write, admin; see docs/http-api.md and `sluice api-key new`). The file is read again
+/// when it changes or on SIGHUP, and new keys apply without a restart. With no keys the HTTP
+/// API is open to anyone who can reach it, so it refuses a non-loopback --http-addr unless
+/// --http-allow-anonymous is given.
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct ServeArgs {
-    /// TOML config file (keys: data_dir, kafka_addr, advertised_host, auto_create_topics,
+    /// TOML config file (keys: data_dir, kafka_addr, http_addr, http_allow_anonymous,
+    /// http_max_body_bytes, http_max_records_per_request, http_max_concurrent_requests,
+    /// http_api_keys, advertised_host, auto_create_topics,
     /// default_partitions, retention_ms, retention_bytes, segment_bytes, segment_ms,
     /// flush_interval_ms, sync_threads, max_request_bytes, max_message_bytes, group_initial_rebalance_delay_ms,
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max)
@@ -33,6 +43,21 @@ pub struct ServeArgs {
     /// Kafka listener address [default: 127.0.0.1:9092]
     #[arg(long, env = "SLUICE_KAFKA_ADDR")]
     kafka_addr: Option<String>,
+    /// HTTP API listener address; "off" disables the HTTP API [default: 127.0.0.1:8080]
+    #[arg(long, env = "SLUICE_HTTP_ADDR")]
+    http_addr: Option<String>,
+    /// Serve the HTTP API without API keys on a non-loopback address [default: false]
+    #[arg(long, env = "SLUICE_HTTP_ALLOW_ANONYMOUS")]
+    http_allow_anonymous: Option<bool>,
+    /// Largest HTTP request body; larger gets 413 [default: 67108864 = 64 MiB]
+    #[arg(long, env = "SLUICE_HTTP_MAX_BODY_BYTES")]
+    http_max_body_bytes: Option<usize>,
+    /// Most records one HTTP produce request may carry; more gets 413 [default: 100000]
+    #[arg(long, env = "SLUICE_HTTP_MAX_RECORDS_PER_REQUEST")]
+    http_max_records_per_request: Option<usize>,
+    /// HTTP requests served at once, long polls included; more gets 429 [default: 1024]
+    #[arg(long, env = "SLUICE_HTTP_MAX_CONCURRENT_REQUESTS")]
+    http_max_concurrent_requests: Option<usize>,
     /// Host name clients are told to connect to [default: the listener's IP]
     #[arg(long, env = "SLUICE_ADVERTISED_HOST")]
     advertised_host: Option<String>,
@@ -92,6 +117,12 @@ pub struct ServeArgs {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     kafka_addr: Option<String>,
+    http_addr: Option<String>,
+    http_allow_anonymous: Option<bool>,
+    http_max_body_bytes: Option<usize>,
+    http_max_records_per_request: Option<usize>,
+    http_max_concurrent_requests: Option<usize>,
+    http_api_keys: Option<Vec<ApiKeyConfig>>,
     advertised_host: Option<String>,
     auto_create_topics: Option<bool>,
     default_partitions: Option<i32>,
@@ -109,19 +140,62 @@ struct FileConfig {
     groups_max: Option<usize>,
 }
 
+/// How often the config file is checked for changed HTTP API keys.
+const KEYS_RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+
 /// How often retention runs.
 const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
+fn read_config_file(path: &std::path::Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let file: FileConfig = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading config file {}", path.display()))?;
-            toml::from_str(&text)
-                .with_context(|| format!("parsing config file {}", path.display()))?
-        }
+        Some(path) => read_config_file(path)?,
         None => FileConfig::default(),
     };
+    let http_addr = args
+        .http_addr
+        .or(file.http_addr)
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+    let http_addr = (!http_addr.eq_ignore_ascii_case("off")).then_some(http_addr);
+    let allow_anonymous = args
+        .http_allow_anonymous
+        .or(file.http_allow_anonymous)
+        .unwrap_or(false);
+    let mut http_config = HttpConfig::default();
+    if let Some(v) = args.http_max_body_bytes.or(file.http_max_body_bytes) {
+        http_config.max_body_bytes = v;
+    }
+    if let Some(v) = args
+        .http_max_records_per_request
+        .or(file.http_max_records_per_request)
+    {
+        http_config.max_records_per_request = v;
+    }
+    if let Some(v) = args
+        .http_max_concurrent_requests
+        .or(file.http_max_concurrent_requests)
+    {
+        http_config.max_concurrent_requests = v;
+    }
+    for (name, v) in [
+        ("http_max_body_bytes", http_config.max_body_bytes),
+        ("http_max_records_per_request", http_config.max_records_per_request),
+        ("http_max_concurrent_requests", http_config.max_concurrent_requests),
+    ] {
+        if v == 0 {
+            bail!("{name} must be at least 1");
+        }
+    }
+    let auth = Arc::new(
+        Auth::new(file.http_api_keys.clone().unwrap_or_default())
+            .map_err(anyhow::Error::msg)
+            .context("invalid http_api_keys in the config file")?,
+    );
     let data_dir = args
         .data_dir
         .or(file.data_dir)
@@ -239,8 +313,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "opened data directory"
         );
-        tracing::info!("kafka listening on {bound}");
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let http = match &http_addr {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding the HTTP listener to {addr}"))?;
+                let bound = listener.local_addr()?;
+                if !auth.enabled() && !bound.ip().is_loopback() && !allow_anonymous {
+                    bail!(
+                        "the HTTP API would listen on {bound} without API keys: configure http_api_keys in the config file, bind it to a loopback address, or pass --http-allow-anonymous"
+                    );
+                }
+                if !auth.enabled() {
+                    tracing::warn!("no HTTP API keys configured: the HTTP API on {bound} accepts every request");
+                }
+                tracing::info!("http listening on {bound}");
+                let state = AppState::new(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone());
+                Some(tokio::spawn(sluice_http::serve(listener, state)))
+            }
+            None => None,
+        };
+        // After the HTTP line: whoever waits for this line has both addresses.
+        tracing::info!("kafka listening on {bound}");
+        let reload = args.config.clone().map(|path| {
+            tokio::spawn(reload_keys(path, Arc::clone(&auth), stop_rx.clone()))
+        });
         let server = tokio::spawn(sluice_server::serve(listener, Arc::clone(&broker), server_config, stop_rx.clone()));
         let retention = {
             let broker = Arc::clone(&broker);
@@ -261,12 +359,70 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: closing connections, flushing partitions");
         let _ = stop_tx.send(true);
         let _ = server.await;
+        if let Some(http) = http {
+            match http.await {
+                Ok(Err(e)) => tracing::error!(error = %e, "http listener"),
+                Err(e) => tracing::error!(error = %e, "http listener task"),
+                Ok(Ok(())) => {}
+            }
+        }
+        if let Some(reload) = reload {
+            let _ = reload.await;
+        }
         let _ = retention.await;
         let b = Arc::clone(&broker);
         tokio::task::spawn_blocking(move || b.shutdown()).await?;
         tracing::info!("shut down cleanly");
         anyhow::Ok(())
     })
+}
+
+/// Reloads the HTTP API keys from the config file when it changes (checked every
+/// [`KEYS_RELOAD_CHECK_INTERVAL`]) or on SIGHUP. A file that does not parse, or keys that are
+/// invalid, leave the current keys in place and log why.
+async fn reload_keys(path: PathBuf, auth: Arc<Auth>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let modified = |path: &std::path::Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(hup) => Some(hup),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; keys reload only when the file changes");
+            None
+        }
+    };
+    let mut last = modified(&path);
+    loop {
+        let hup_recv = async {
+            match hup.as_mut() {
+                Some(h) => {
+                    h.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let forced = tokio::select! {
+            _ = tokio::time::sleep(KEYS_RELOAD_CHECK_INTERVAL) => false,
+            _ = hup_recv => true,
+            _ = stop.changed() => return,
+        };
+        let now = modified(&path);
+        if !forced && now == last {
+            continue;
+        }
+        last = now;
+        let keys = match read_config_file(&path) {
+            Ok(file) => file.http_api_keys.unwrap_or_default(),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "config file changed but does not parse; keeping the current HTTP API keys");
+                continue;
+            }
+        };
+        let count = keys.len();
+        match auth.replace(keys) {
+            Ok(()) => tracing::info!(keys = count, "reloaded HTTP API keys from {}", path.display()),
+            Err(e) => tracing::error!(error = %e, "invalid http_api_keys; keeping the current keys"),
+        }
+    }
 }
 
 async fn wait_for_signal() {

@@ -8,7 +8,9 @@
 //!   oversize frames before anything is allocated;
 //! - [`codec`]: request header + body decoding (record batches stay as `Bytes`, never copied or
 //!   re-encoded) and response encoding with the right header version;
-//! - [`versions`]: the API versions Sluice implements, the single source for ApiVersions.
+//! - [`versions`]: the API versions Sluice implements, the single source for ApiVersions;
+//! - [`records`]: the records inside a RecordBatch v2, encoded and decoded (the CLI and the HTTP
+//!   API use it; the broker itself never looks inside a batch).
 //!
 //! Where it sits: `server` reads frames with [`frame::check`], decodes them with
 //! [`codec::decode_request`], hands the typed request to `broker`, and encodes the answer with
@@ -16,6 +18,7 @@
 
 pub mod codec;
 pub mod frame;
+pub mod records;
 pub mod versions;
 
 pub use kafka_protocol;

@@ -116,6 +116,29 @@ enum Outcome {
     Duplicate(i64, i64),
 }
 
+/// [`append`] for batches without a producer id (the HTTP API's): a batch that claims one is
+/// refused, since only the Kafka path runs the idempotent-producer checks.
+pub fn append_plain(
+    broker: &Broker,
+    topic: &Topic,
+    partition: i32,
+    records: &[u8],
+) -> Result<Appended, (i16, String)> {
+    if BatchView::parse(records).is_ok_and(|v| v.producer_id() >= 0) {
+        return Err((
+            ResponseError::InvalidRecord.code(),
+            "batches with a producer id must come through the Kafka protocol".to_owned(),
+        ));
+    }
+    match append(broker, topic, partition, records)? {
+        Outcome::Appended(appended, _) => Ok(appended),
+        Outcome::Duplicate(..) => Err((
+            ResponseError::InvalidRecord.code(),
+            "unexpected duplicate batch".to_owned(),
+        )),
+    }
+}
+
 /// Validates and appends one partition's records, applying idempotent-producer checks.
 fn append(
     broker: &Broker,

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 pub struct Server {
     child: Child,
     pub port: u16,
+    /// The HTTP API's port.
+    pub http_port: u16,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -22,7 +24,7 @@ impl Server {
     /// Starts a server on `dir`.
     pub fn start(dir: tempfile::TempDir) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--kafka-addr", "127.0.0.1:0", "--data-dir"])
+            .args(["serve", "--kafka-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path())
             .env("SLUICE_LOG", "info")
             .stderr(Stdio::piped())
@@ -32,26 +34,38 @@ impl Server {
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            // `serve` logs the HTTP address before the Kafka one.
+            let mut http = None;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("http listening on ").nth(1) {
+                    http = Some(addr.trim().to_owned());
+                }
                 if let Some(addr) = line.split("kafka listening on ").nth(1) {
-                    let _ = tx.send(addr.trim().to_owned());
+                    let _ = tx.send((addr.trim().to_owned(), http.clone()));
                 }
                 eprintln!("[sluice] {line}");
             }
         });
-        let addr = rx
+        let (addr, http) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("sluice did not log its listening address");
-        let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+        let port_of = |a: &str| a.rsplit(':').next().unwrap().parse().unwrap();
+        let http = http.expect("sluice did not log its HTTP address before the Kafka one");
         Server {
             child,
-            port,
+            port: port_of(&addr),
+            http_port: port_of(&http),
             dir: Some(dir),
         }
     }
 
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The HTTP API's base URL, e.g. `http://127.0.0.1:8080`.
+    pub fn http_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
     }
 
     /// Stops the server with SIGTERM; returns its exit status and its data directory.

@@ -1,5 +1,5 @@
-//! Kafka RecordBatch v2 for the CLI: the encoder `sluice produce` builds batches with, and the
-//! decoder `sluice consume` reads fetched batches with.
+//! Kafka RecordBatch v2 records: the encoder `sluice produce` and the HTTP API build batches
+//! with, and the decoder `sluice consume` and HTTP reads use on fetched batches.
 //!
 //! The broker never looks inside records (it stores the producer's bytes unchanged), so this is
 //! the one place in Sluice that writes and reads individual records, keys and headers.

@@ -1,0 +1,142 @@
+//! # sluice-http: the HTTP API
+//!
+//! Plain HTTP for everything that is not a Kafka client (curl, scripts, serverless functions):
+//! produce and read records, manage topics, commit and fetch consumer-group offsets, and the
+//! operational routes `/healthz`, `/readyz` and `/metrics`. Routes and bodies are documented in
+//! `docs/http-api.md` and `docs/openapi.yaml`.
+//!
+//! An adapter over [`sluice_broker::Broker`], like the Kafka listener: records produced here
+//! become ordinary RecordBatch v2 batches in the same partition logs (a Kafka consumer reads
+//! them), and reads decode whatever Kafka producers wrote.
+//!
+//! - `produce`: `POST /topics/{topic}/records` (JSON or the binary batch format), answered
+//!   once the records are durable;
+//! - `consume`: `GET /topics/{topic}/partitions/{p}/records`, a long poll;
+//! - `topics`, `offsets`: admin and consumer-group offsets;
+//! - [`auth`]: API keys (`Authorization: Bearer`), each with topic grants;
+//! - [`limits`]: body size, records per request, concurrent requests; request metrics;
+//! - `error`: every failure is a 4xx/5xx with a JSON `{"error": "..."}` saying what to fix.
+
+pub mod auth;
+mod consume;
+mod error;
+mod health;
+pub mod limits;
+mod offsets;
+mod produce;
+mod topics;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use axum::Router;
+use axum::routing::{get, post};
+use sluice_broker::Broker;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use error::ApiError;
+
+/// Limits of the HTTP API.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Largest request body accepted; larger gets 413.
+    pub max_body_bytes: usize,
+    /// Most records one produce request may carry; more gets 413.
+    pub max_records_per_request: usize,
+    /// Requests served at once, long polls included; more gets 429 with `Retry-After`.
+    pub max_concurrent_requests: usize,
+    /// Largest `max_bytes` a read may ask for (larger asks are capped to it).
+    pub fetch_max_bytes: usize,
+    /// Longest `timeout_ms` a read may ask for; more gets 400.
+    pub fetch_timeout_max_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_body_bytes: 64 << 20,
+            max_records_per_request: 100_000,
+            max_concurrent_requests: 1024,
+            fetch_max_bytes: 64 << 20,
+            fetch_timeout_max_ms: 30_000,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    pub broker: Arc<Broker>,
+    pub config: HttpConfig,
+    pub auth: Arc<auth::Auth>,
+    pub limits: limits::Limits,
+    /// True once shutdown has begun: `/readyz` answers 503 and long polls end.
+    pub shutdown: watch::Receiver<bool>,
+    /// Set when shutdown begins (for `/readyz`).
+    pub stopping: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(
+        broker: Arc<Broker>,
+        config: HttpConfig,
+        auth: Arc<auth::Auth>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<AppState> {
+        let limits = limits::Limits::new(&config);
+        Arc::new(AppState {
+            broker,
+            config,
+            auth,
+            limits,
+            shutdown,
+            stopping: AtomicBool::new(false),
+        })
+    }
+}
+
+/// The routes, with the limits and metrics middleware around them.
+pub fn router(state: Arc<AppState>) -> Router {
+    let routes = Router::new()
+        .route("/topics", get(topics::list).post(topics::create))
+        .route(
+            "/topics/{topic}",
+            get(topics::describe).delete(topics::delete),
+        )
+        .route("/topics/{topic}/records", post(produce::produce))
+        .route(
+            "/topics/{topic}/partitions/{partition}/records",
+            get(consume::consume),
+        )
+        .route(
+            "/groups/{group}/offsets",
+            get(offsets::fetch).post(offsets::commit),
+        )
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(error::no_route)
+        .method_not_allowed_fallback(error::method_not_allowed);
+    limits::wrap(routes, Arc::clone(&state)).with_state(state)
+}
+
+/// Serves the HTTP API on `listener` until `shutdown` becomes true; requests in flight are
+/// finished (long polls end early) before this returns.
+pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let mut stop = state.shutdown.clone();
+    let app = router(Arc::clone(&state));
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let state_for_stop = Arc::clone(&state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|stopping| *stopping).await;
+            state_for_stop
+                .stopping
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await
+}
