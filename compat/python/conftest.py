@@ -7,8 +7,9 @@ Three ways to get a broker (pytest options):
                            to check the suite itself against the reference implementation
   --bootstrap HOST:PORT    use a broker that is already running; start nothing
 
-Tests ask for `bootstrap` ("127.0.0.1:NNNNN"); test_crash.py instead starts, kills and restarts
-a SluiceBroker of its own. A broker this file started is always stopped
+Tests ask for `bootstrap` ("127.0.0.1:NNNNN"), and the HTTP API tests for `http_url`
+("http://127.0.0.1:NNNNN", Sluice only: they skip against Kafka); test_crash.py instead starts,
+kills and restarts a SluiceBroker of its own. A broker this file started is always stopped
 by its own PID (SIGTERM, then SIGKILL after 10 s) and its temporary directory removed, also
 when tests fail or time out. Its output is kept in compat/.logs/ for reading after a failure.
 """
@@ -60,6 +61,13 @@ def pytest_addoption(parser):
         metavar="HOST:PORT",
         default=None,
         help="use this already running broker instead of starting one",
+    )
+    group.addoption(
+        "--http-url",
+        metavar="URL",
+        default=None,
+        help="with --bootstrap: the running broker's HTTP API (e.g. http://127.0.0.1:8080); "
+        "without it the HTTP API tests are skipped",
     )
     group.addoption(
         "--kafka-request-log",
@@ -163,9 +171,10 @@ def _die_with_parent():
 class ExternalBroker:
     """A broker someone else started (--bootstrap). Nothing to start or stop."""
 
-    def __init__(self, bootstrap: str, target: str):
+    def __init__(self, bootstrap: str, target: str, http_url: str | None = None):
         self.bootstrap = bootstrap
         self.target = target
+        self.http_url = http_url
 
     def exit_problem(self) -> str | None:
         return None
@@ -189,6 +198,8 @@ class SluiceBroker:
         self.proc: subprocess.Popen | None = None
         self.data_dir: str | None = None
         self.bootstrap: str | None = None
+        # "http://127.0.0.1:PORT" once serve logged its HTTP listener (None: no HTTP API).
+        self.http_url: str | None = None
         self.log_path = LOG_DIR / log_name
         self.starts = 0
         self._binary: Path | None = None
@@ -256,12 +267,17 @@ class SluiceBroker:
         )
         found = threading.Event()
         pattern = re.compile(rb"kafka listening on (127\.0\.0\.1:\d+)")
+        # Logged before the Kafka line, so it is known by the time `found` is set.
+        http_pattern = re.compile(rb"http listening on (127\.0\.0\.1:\d+)")
 
         def read_output():
             # Drain the broker's output for its whole life (so it never blocks on a full pipe).
             for line in self.proc.stdout:
                 log.write(line)
                 log.flush()
+                h = http_pattern.search(line)
+                if h:
+                    self.http_url = "http://" + h.group(1).decode()
                 m = pattern.search(line)
                 if m and not found.is_set():
                     self.bootstrap = m.group(1).decode()
@@ -343,6 +359,7 @@ class KafkaBaselineBroker:
     """
 
     target = "kafka-baseline"
+    http_url = None  # Kafka has no HTTP API
 
     def __init__(self, request_log: bool):
         self.kb_dir = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
@@ -529,7 +546,7 @@ def broker(request):
     bootstrap = config.getoption("--bootstrap")
     target = config.getoption("--target")
     if bootstrap:
-        b = ExternalBroker(bootstrap, target)
+        b = ExternalBroker(bootstrap, target, config.getoption("--http-url"))
     elif target == "kafka-baseline":
         b = KafkaBaselineBroker(request_log=config.getoption("--kafka-request-log"))
     else:
@@ -554,6 +571,15 @@ def broker(request):
 @pytest.fixture(scope="session")
 def bootstrap(broker) -> str:
     return broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def http_url(broker) -> str:
+    """Base URL of the broker's HTTP API; skips the test when the broker has none (Kafka)."""
+    if broker.http_url is None:
+        why = "Apache Kafka has no HTTP API" if broker.target == "kafka-baseline" else "no HTTP API address known"
+        pytest.skip(f"{why} (the HTTP API is Sluice's own)")
+    return broker.http_url
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,8 @@
 //! Flow: Metadata (the topic must exist; consuming never creates it) → ListOffsets turns
 //! `--from` into a start offset per partition and records each partition's end (its high
 //! watermark when the command starts) → Fetch (long poll: `max_wait_ms` 500, `min_bytes` 1) from
-//! each partition's leader → decode the uncompressed RecordBatch v2 batches
-//! ([`sluice_protocol::records`]) → print each record ([`Output`]). Without `--follow` a partition is
+//! each partition's leader → decode the RecordBatch v2 batches, decompressing gzip, snappy, lz4
+//! and zstd ones as Kafka producers write them ([`sluice_protocol::records`]) → print each record ([`Output`]). Without `--follow` a partition is
 //! done once it reaches its end; with it, the command waits for new records until `--count` is
 //! reached or it is interrupted. No consumer group is used and no offset is committed.
 

@@ -1,5 +1,6 @@
 //! The `sluice` binary: the broker (`serve`) and the everyday commands around it.
 
+mod apikey;
 mod client;
 mod consume;
 mod group;
@@ -21,11 +22,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    Serve(serve::ServeArgs),
+    // Boxed: far larger than the other variants.
+    Serve(Box<serve::ServeArgs>),
     Topic(topic::TopicArgs),
     Produce(produce::ProduceArgs),
     Consume(consume::ConsumeArgs),
     Group(group::GroupArgs),
+    ApiKey(apikey::ApiKeyArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,11 +42,12 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Topic(args) => topic::run(args),
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
         Command::Group(args) => group::run(args),
+        Command::ApiKey(args) => apikey::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -26,8 +26,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use crate::client::{
     BootstrapArgs, Cluster, REQUEST_TIMEOUT_MS, TopicInfo, block_on, kafka_error, plural,
 };
-use sluice_protocol::records::{Header, ProducerRecord, encode_batch};
 use crate::topic::parse_key_value;
+use sluice_protocol::records::{Header, ProducerRecord, encode_batch};
 
 /// Send once about this many record bytes are queued: below the default `max.message.bytes`
 /// (1 MiB + 12) so that a batch is never refused for size unless one record alone is too big.

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use sluice_broker::{Broker, BrokerConfig};
-use sluice_log::FlushPolicy;
 use sluice_http::auth::{ApiKeyConfig, Auth};
 use sluice_http::{AppState, HttpConfig};
+use sluice_log::FlushPolicy;
 use sluice_server::ServerConfig;
 
 /// Run the broker.
@@ -184,8 +184,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     for (name, v) in [
         ("http_max_body_bytes", http_config.max_body_bytes),
-        ("http_max_records_per_request", http_config.max_records_per_request),
-        ("http_max_concurrent_requests", http_config.max_concurrent_requests),
+        (
+            "http_max_records_per_request",
+            http_config.max_records_per_request,
+        ),
+        (
+            "http_max_concurrent_requests",
+            http_config.max_concurrent_requests,
+        ),
     ] {
         if v == 0 {
             bail!("{name} must be at least 1");
@@ -196,6 +202,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)
             .context("invalid http_api_keys in the config file")?,
     );
+    // Refuse an open HTTP API on a non-loopback address before binding anything, so it is
+    // never reachable, not even briefly. (The bound address is checked again below.)
+    if let Some(addr) = &http_addr
+        && !auth.enabled()
+        && !allow_anonymous
+    {
+        let resolved: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(addr)
+            .with_context(|| format!("resolving the HTTP address {addr}"))?
+            .collect();
+        if let Some(open) = resolved.iter().find(|a| !a.ip().is_loopback()) {
+            bail!(
+                "the HTTP API would listen on {open} without API keys: configure http_api_keys in the config file (see `sluice api-key new`), bind it to a loopback address, or pass --http-allow-anonymous"
+            );
+        }
+    }
     let data_dir = args
         .data_dir
         .or(file.data_dir)
@@ -419,8 +440,14 @@ async fn reload_keys(path: PathBuf, auth: Arc<Auth>, mut stop: tokio::sync::watc
         };
         let count = keys.len();
         match auth.replace(keys) {
-            Ok(()) => tracing::info!(keys = count, "reloaded HTTP API keys from {}", path.display()),
-            Err(e) => tracing::error!(error = %e, "invalid http_api_keys; keeping the current keys"),
+            Ok(()) => tracing::info!(
+                keys = count,
+                "reloaded HTTP API keys from {}",
+                path.display()
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "invalid http_api_keys; keeping the current keys")
+            }
         }
     }
 }

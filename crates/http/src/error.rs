@@ -131,7 +131,9 @@ impl IntoResponse for ApiError {
 /// expected).
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
-        return Err(ApiError::bad_request("the request body is empty; send JSON"));
+        return Err(ApiError::bad_request(
+            "the request body is empty; send JSON",
+        ));
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))

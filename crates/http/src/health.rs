@@ -17,7 +17,9 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn readyz(
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     if state.stopping.load(Ordering::SeqCst) || *state.shutdown.borrow() {
         return Err(ApiError::unavailable("shutting down"));
     }
@@ -31,7 +33,10 @@ pub async fn metrics(State(state): State<Arc<AppState>>, _principal: Principal) 
         .await
         .unwrap_or_default();
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response()

@@ -27,7 +27,7 @@ mod produce;
 mod topics;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -75,6 +75,9 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Set when shutdown begins (for `/readyz`).
     pub stopping: AtomicBool,
+    /// Round-robin counter for produce requests with keyless records: each such request takes
+    /// the next value, modulo the topic's partition count.
+    pub next_partition: AtomicU32,
 }
 
 impl AppState {
@@ -92,6 +95,7 @@ impl AppState {
             limits,
             shutdown,
             stopping: AtomicBool::new(false),
+            next_partition: AtomicU32::new(0),
         })
     }
 }

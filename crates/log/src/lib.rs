@@ -70,7 +70,10 @@ mod recovery;
 mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use commit::{CommitConfig, CommitStatsSnapshot, GroupCommitter};
+pub use commit::{
+    CommitConfig, CommitStatsSnapshot, FDATASYNC_BUCKET_BOUNDS_MICROS, FdatasyncHistogram,
+    GroupCommitter,
+};
 pub use config::{
     FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
     SEVEN_DAYS_MS,

@@ -603,8 +603,7 @@ impl PartitionShared {
         let started = Instant::now();
         let result = file.sync_data();
         let micros = started.elapsed().as_micros() as u64;
-        stats.fdatasyncs.fetch_add(1, Ordering::Relaxed);
-        stats.fdatasync_micros.fetch_add(micros, Ordering::Relaxed);
+        stats.record_fdatasync(micros);
         match result {
             Ok(()) => {
                 let mut st = self.lock();

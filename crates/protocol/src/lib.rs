@@ -9,6 +9,7 @@
 //! - [`codec`]: request header + body decoding (record batches stay as `Bytes`, never copied or
 //!   re-encoded) and response encoding with the right header version;
 //! - [`versions`]: the API versions Sluice implements, the single source for ApiVersions;
+//! - [`partitioner`]: Kafka's default (murmur2) partitioner for keyed records;
 //! - [`records`]: the records inside a RecordBatch v2, encoded and decoded (the CLI and the HTTP
 //!   API use it; the broker itself never looks inside a batch).
 //!
@@ -18,6 +19,7 @@
 
 pub mod codec;
 pub mod frame;
+pub mod partitioner;
 pub mod records;
 pub mod versions;
 

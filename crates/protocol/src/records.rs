@@ -11,27 +11,57 @@
 //! (4), then the records. A record is: length (varint), attributes (1), timestamp delta
 //! (varlong), offset delta (varint), key length + key, value length + value (length -1 = null),
 //! header count, then per header: key length + key, value length + value. Varints are zig-zag
-//! LEB128, as in protobuf.
+//! LEB128, as in protobuf. In a compressed batch (codec in the low three bits of the
+//! attributes) everything after the record count is one compressed stream of those records.
 //!
 //! Why not `kafka_protocol::records`: its record type keeps headers in a map, so a header key
 //! that appears twice in one record (which Kafka allows) would be merged on the way in and on the
-//! way out; and the codecs it decompresses with are cargo features this workspace leaves off.
+//! way out; and it allocates per record.
 //!
-//! Key types: [`ProducerRecord`] and [`encode_batch`] on the way in; [`Batches`],
-//! [`FetchedBatch`] and [`ConsumedRecord`] on the way out.
+//! Key types:
+//! - on the way in, [`BatchBuilder`] writes batches into a caller-owned buffer from borrowed
+//!   [`RecordRef`]s (nothing allocated per record); [`encode_batch`] does the same for a slice of
+//!   owned [`ProducerRecord`]s;
+//! - on the way out, [`Batches`] splits fetched bytes into CRC-checked [`FetchedBatch`]es;
+//!   [`FetchedBatch::iter_records`] decompresses a batch (gzip, snappy raw or in the Java
+//!   client's xerial framing, lz4 frames, zstd; output bounded by a caller-given limit) and
+//!   yields [`RecordView`]s whose keys, values and headers are slices of it;
+//!   [`FetchedBatch::records`] collects them as [`ConsumedRecord`]s.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use compression::{Inflate, decompress};
+
+mod compression;
+
 /// Bytes of the fixed batch header, up to and including the record count.
 pub const BATCH_HEADER_BYTES: usize = 61;
+/// Most bytes one batch may decompress to when the caller gives no limit
+/// ([`FetchedBatch::records`]). Kafka's default `max.message.bytes` is 1 MiB of compressed
+/// data; 64 MiB leaves room for very compressible batches while a batch that claims more (a
+/// corrupt or hostile one) is refused instead of exhausting memory.
+pub const DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 /// Base offset + batch length: the bytes before what the batch length counts.
 const LOG_OVERHEAD_BYTES: usize = 12;
 /// The first byte the CRC covers (the attributes).
 const CRC_START: usize = 21;
+/// Where the header fields patched by [`BatchBuilder::finish`] sit.
+const LENGTH_AT: usize = 8;
+const CRC_AT: usize = 17;
+const LAST_OFFSET_DELTA_AT: usize = 23;
+const BASE_TIMESTAMP_AT: usize = 27;
+const MAX_TIMESTAMP_AT: usize = 35;
+const RECORD_COUNT_AT: usize = 57;
 const MAGIC_V2: i8 = 2;
 const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_CONTROL: i16 = 0x20;
+/// Compression codec ids (the low three bits of the attributes).
+const CODEC_NONE: i16 = 0;
+const CODEC_GZIP: i16 = 1;
+const CODEC_SNAPPY: i16 = 2;
+const CODEC_LZ4: i16 = 3;
+const CODEC_ZSTD: i16 = 4;
 /// Producer id, epoch and sequence of a non-idempotent producer.
 const NO_PRODUCER_ID: i64 = -1;
 const NO_PRODUCER_EPOCH: i16 = -1;
@@ -65,6 +95,183 @@ impl ProducerRecord {
             + self.value.as_ref().map_or(0, Bytes::len)
             + headers
     }
+
+    /// This record as [`BatchBuilder::push`] takes it.
+    pub fn as_record_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            headers: &self.headers,
+            timestamp_ms: self.timestamp_ms,
+        }
+    }
+}
+
+/// One record to encode, borrowing its key, value and headers (from a request body, say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header],
+    pub timestamp_ms: i64,
+}
+
+impl RecordRef<'_> {
+    /// Bytes of the record after its length prefix, at these deltas from the batch's base.
+    fn body_len(&self, timestamp_delta: i64, offset_delta: i32) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(k, v)| nullable_len(Some(k.as_bytes())) + nullable_len(v.as_deref()))
+            .sum();
+        1 + varlong_len(timestamp_delta)
+            + varint_len(offset_delta)
+            + nullable_len(self.key)
+            + nullable_len(self.value)
+            + varint_len(self.headers.len() as i32)
+            + headers
+    }
+
+    /// Bytes of the record including its length prefix.
+    fn framed_len(&self, timestamp_delta: i64, offset_delta: i32) -> usize {
+        let body = self.body_len(timestamp_delta, offset_delta);
+        varint_len(body as i32) + body
+    }
+
+    /// Bytes of a batch that holds only this record: what `max.message.bytes` is compared with
+    /// for a record that cannot be split further.
+    pub fn alone_batch_bytes(&self) -> usize {
+        BATCH_HEADER_BYTES + self.framed_len(0, 0)
+    }
+}
+
+/// Writes one uncompressed RecordBatch v2 into a caller-owned buffer, record by record, with
+/// base offset 0 (the broker assigns offsets) and no producer id (not idempotent). Nothing is
+/// allocated per record: each record is written in place at its exact size (the buffer grows
+/// only if the caller did not reserve enough).
+///
+/// Several batches can follow each other in one buffer: [`BatchBuilder::finish`] hands the
+/// buffer back for the next builder.
+#[derive(Debug)]
+pub struct BatchBuilder<'a> {
+    out: &'a mut BytesMut,
+    /// Where this batch starts in `out`.
+    start: usize,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    count: i32,
+}
+
+impl<'a> BatchBuilder<'a> {
+    /// Starts a batch at the end of `out` (the header's counts and CRC are filled in by
+    /// [`BatchBuilder::finish`]).
+    pub fn new(out: &'a mut BytesMut) -> Self {
+        let start = out.len();
+        out.reserve(BATCH_HEADER_BYTES);
+        out.put_i64(0); // base offset
+        out.put_i32(0); // batch length
+        out.put_i32(NO_PARTITION_LEADER_EPOCH);
+        out.put_i8(MAGIC_V2);
+        out.put_u32(0); // CRC
+        out.put_i16(0); // attributes: no compression, create time, not transactional
+        out.put_i32(0); // last offset delta
+        out.put_i64(0); // base timestamp
+        out.put_i64(0); // max timestamp
+        out.put_i64(NO_PRODUCER_ID);
+        out.put_i16(NO_PRODUCER_EPOCH);
+        out.put_i32(NO_SEQUENCE);
+        out.put_i32(0); // record count
+        BatchBuilder {
+            out,
+            start,
+            base_timestamp: 0,
+            max_timestamp: i64::MIN,
+            count: 0,
+        }
+    }
+
+    /// Records pushed so far.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes of the batch so far.
+    pub fn batch_bytes(&self) -> usize {
+        self.out.len() - self.start
+    }
+
+    /// Bytes the batch would have with `record` pushed next (to split before a limit).
+    pub fn batch_bytes_with(&self, record: &RecordRef<'_>) -> usize {
+        let (timestamp_delta, offset_delta) = self.deltas(record);
+        self.batch_bytes() + record.framed_len(timestamp_delta, offset_delta)
+    }
+
+    fn deltas(&self, record: &RecordRef<'_>) -> (i64, i32) {
+        if self.count == 0 {
+            (0, 0)
+        } else {
+            (
+                record.timestamp_ms.wrapping_sub(self.base_timestamp),
+                self.count,
+            )
+        }
+    }
+
+    /// Appends `record` to the batch.
+    pub fn push(&mut self, record: &RecordRef<'_>) {
+        if self.count == 0 {
+            self.base_timestamp = record.timestamp_ms;
+        }
+        let (timestamp_delta, offset_delta) = self.deltas(record);
+        let body = record.body_len(timestamp_delta, offset_delta);
+        let out = &mut *self.out;
+        out.reserve(varint_len(body as i32) + body);
+        put_varint(out, body as i32);
+        out.put_i8(0); // record attributes (unused)
+        put_varlong(out, timestamp_delta);
+        put_varint(out, offset_delta);
+        put_nullable_bytes(out, record.key);
+        put_nullable_bytes(out, record.value);
+        put_varint(out, record.headers.len() as i32);
+        for (key, value) in record.headers {
+            put_nullable_bytes(out, Some(key.as_bytes()));
+            put_nullable_bytes(out, value.as_deref());
+        }
+        self.max_timestamp = self.max_timestamp.max(record.timestamp_ms);
+        self.count += 1;
+    }
+
+    /// Completes the batch (lengths, counts, timestamps, CRC) and returns the buffer. A batch
+    /// with no records is removed again: a RecordBatch holds at least one record.
+    pub fn finish(self) -> &'a mut BytesMut {
+        let BatchBuilder {
+            out,
+            start,
+            base_timestamp,
+            max_timestamp,
+            count,
+        } = self;
+        if count == 0 {
+            out.truncate(start);
+            return out;
+        }
+        let batch = &mut out[start..];
+        let batch_length = (batch.len() - LOG_OVERHEAD_BYTES) as i32;
+        batch[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&batch_length.to_be_bytes());
+        batch[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
+            .copy_from_slice(&(count - 1).to_be_bytes());
+        batch[BASE_TIMESTAMP_AT..BASE_TIMESTAMP_AT + 8]
+            .copy_from_slice(&base_timestamp.to_be_bytes());
+        batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+        batch[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[CRC_START..]);
+        batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
 }
 
 /// Appends one uncompressed RecordBatch v2 holding `records` (at least one) to `out`, with base
@@ -74,54 +281,48 @@ pub fn encode_batch(out: &mut BytesMut, records: &[ProducerRecord]) {
         !records.is_empty(),
         "a record batch holds at least one record"
     );
-    let start = out.len();
-    let base_timestamp = records[0].timestamp_ms;
-    let max_timestamp = records
-        .iter()
-        .map(|r| r.timestamp_ms)
-        .max()
-        .expect("non-empty");
-    out.put_i64(0); // base offset
-    out.put_i32(0); // batch length, patched below
-    out.put_i32(NO_PARTITION_LEADER_EPOCH);
-    out.put_i8(MAGIC_V2);
-    out.put_u32(0); // CRC, patched below
-    out.put_i16(0); // attributes: no compression, create time, not transactional
-    out.put_i32(records.len() as i32 - 1); // last offset delta
-    out.put_i64(base_timestamp);
-    out.put_i64(max_timestamp);
-    out.put_i64(NO_PRODUCER_ID);
-    out.put_i16(NO_PRODUCER_EPOCH);
-    out.put_i32(NO_SEQUENCE);
-    out.put_i32(records.len() as i32);
-    let mut body = Vec::new();
-    for (offset_delta, record) in records.iter().enumerate() {
-        body.clear();
-        body.put_i8(0); // record attributes (unused)
-        put_varlong(&mut body, record.timestamp_ms - base_timestamp);
-        put_varint(&mut body, offset_delta as i32);
-        put_nullable_bytes(&mut body, record.key.as_deref());
-        put_nullable_bytes(&mut body, record.value.as_deref());
-        put_varint(&mut body, record.headers.len() as i32);
-        for (key, value) in &record.headers {
-            put_nullable_bytes(&mut body, Some(key.as_bytes()));
-            put_nullable_bytes(&mut body, value.as_deref());
-        }
-        put_varint(out, body.len() as i32);
-        out.put_slice(&body);
+    let mut builder = BatchBuilder::new(out);
+    for record in records {
+        builder.push(&record.as_record_ref());
     }
-    let batch_length = (out.len() - start - LOG_OVERHEAD_BYTES) as i32;
-    out[start + 8..start + 12].copy_from_slice(&batch_length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[start + CRC_START..]);
-    out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+    builder.finish();
+}
+
+fn zigzag32(value: i32) -> u64 {
+    ((value << 1) ^ (value >> 31)) as u32 as u64
+}
+
+fn zigzag64(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+/// Bytes of `value` as unsigned LEB128 (7 bits per byte).
+fn unsigned_len(value: u64) -> usize {
+    let bits = 64 - (value | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+fn varint_len(value: i32) -> usize {
+    unsigned_len(zigzag32(value))
+}
+
+fn varlong_len(value: i64) -> usize {
+    unsigned_len(zigzag64(value))
+}
+
+fn nullable_len(bytes: Option<&[u8]>) -> usize {
+    match bytes {
+        None => 1,
+        Some(b) => varint_len(b.len() as i32) + b.len(),
+    }
 }
 
 fn put_varint(out: &mut impl BufMut, value: i32) {
-    put_unsigned(out, ((value << 1) ^ (value >> 31)) as u32 as u64);
+    put_unsigned(out, zigzag32(value));
 }
 
 fn put_varlong(out: &mut impl BufMut, value: i64) {
-    put_unsigned(out, ((value << 1) ^ (value >> 63)) as u64);
+    put_unsigned(out, zigzag64(value));
 }
 
 fn put_unsigned(out: &mut impl BufMut, mut value: u64) {
@@ -160,11 +361,23 @@ pub enum DecodeError {
         computed: u32,
     },
     #[error(
-        "record batch at offset {base_offset} is compressed with {codec}; the sluice CLI does not decompress yet (read it with kcat or another Kafka client)"
+        "record batch at offset {base_offset} names compression codec {codec}, which Kafka does not define (0-4: none, gzip, snappy, lz4, zstd)"
     )]
-    Compressed {
+    UnknownCodec { base_offset: i64, codec: i16 },
+    /// The decompressor's own message is kept as text so that this error stays `Clone + Eq`.
+    #[error("record batch at offset {base_offset} is not valid {codec} data: {reason}")]
+    Decompress {
         base_offset: i64,
         codec: &'static str,
+        reason: String,
+    },
+    #[error(
+        "record batch at offset {base_offset} decompresses ({codec}) to more than {limit} bytes, the most this reader accepts"
+    )]
+    DecompressedTooLarge {
+        base_offset: i64,
+        codec: &'static str,
+        limit: usize,
     },
     #[error("record batch at offset {base_offset} is malformed: {reason}")]
     Malformed {
@@ -176,11 +389,11 @@ pub enum DecodeError {
 /// The name of a batch compression codec, from the low three bits of the attributes.
 pub fn codec_name(attributes: i16) -> &'static str {
     match attributes & ATTR_COMPRESSION_MASK {
-        0 => "none",
-        1 => "gzip",
-        2 => "snappy",
-        3 => "lz4",
-        4 => "zstd",
+        CODEC_NONE => "none",
+        CODEC_GZIP => "gzip",
+        CODEC_SNAPPY => "snappy",
+        CODEC_LZ4 => "lz4",
+        CODEC_ZSTD => "zstd",
         _ => "an unknown codec",
     }
 }
@@ -237,7 +450,7 @@ pub struct FetchedBatch {
     pub base_timestamp: i64,
     pub max_timestamp: i64,
     pub record_count: i32,
-    /// The records section (after the fixed header).
+    /// The records section (after the fixed header), compressed if the batch is.
     records: Bytes,
 }
 
@@ -286,62 +499,267 @@ impl FetchedBatch {
         self.attributes & ATTR_CONTROL != 0
     }
 
-    /// Decodes the records. A compressed batch is an error that names its codec.
-    pub fn records(&self) -> Result<Vec<ConsumedRecord>, DecodeError> {
-        if self.attributes & ATTR_COMPRESSION_MASK != 0 {
-            return Err(DecodeError::Compressed {
-                base_offset: self.base_offset,
-                codec: codec_name(self.attributes),
-            });
+    /// The compression codec's name ("none" for an uncompressed batch).
+    pub fn codec(&self) -> &'static str {
+        codec_name(self.attributes)
+    }
+
+    /// The records section, decompressed if the batch is compressed. An uncompressed batch's
+    /// section is a slice of the fetched bytes (no copy); a compressed one is decompressed into
+    /// one new buffer of at most `limit` bytes (more is [`DecodeError::DecompressedTooLarge`]).
+    pub fn records_section(&self, limit: usize) -> Result<Bytes, DecodeError> {
+        let codec = self.attributes & ATTR_COMPRESSION_MASK;
+        if codec == CODEC_NONE {
+            return Ok(self.records.clone());
         }
-        let malformed = |reason| DecodeError::Malformed {
+        let name = codec_name(self.attributes);
+        match decompress(codec, &self.records, limit) {
+            Ok(plain) => Ok(Bytes::from(plain)),
+            Err(Inflate::UnknownCodec) => Err(DecodeError::UnknownCodec {
+                base_offset: self.base_offset,
+                codec,
+            }),
+            Err(Inflate::TooLarge) => Err(DecodeError::DecompressedTooLarge {
+                base_offset: self.base_offset,
+                codec: name,
+                limit,
+            }),
+            Err(Inflate::Invalid(reason)) => Err(DecodeError::Decompress {
+                base_offset: self.base_offset,
+                codec: name,
+                reason,
+            }),
+        }
+    }
+
+    /// The records of this batch, decompressing it first (into at most `limit_bytes`) if it is
+    /// compressed. Iterating ([`Records::iter`]) borrows keys, values and headers from one
+    /// buffer: nothing is allocated or reference-counted per record.
+    pub fn iter_records(&self, limit_bytes: usize) -> Result<Records, DecodeError> {
+        let buf = self.records_section(limit_bytes)?;
+        let count = usize::try_from(self.record_count).map_err(|_| DecodeError::Malformed {
             base_offset: self.base_offset,
-            reason,
-        };
-        let log_append_time = self.attributes & ATTR_LOG_APPEND_TIME != 0;
-        let mut buf = self.records.clone();
-        let count = usize::try_from(self.record_count).map_err(|_| malformed("negative count"))?;
+            reason: "negative record count",
+        })?;
+        Ok(Records {
+            buf,
+            count,
+            base_offset: self.base_offset,
+            base_timestamp: self.base_timestamp,
+            max_timestamp: self.max_timestamp,
+            log_append_time: self.attributes & ATTR_LOG_APPEND_TIME != 0,
+        })
+    }
+
+    /// Decodes every record, decompressing the batch first if needed (into at most
+    /// [`DECOMPRESSED_BYTES_MAX`] bytes).
+    pub fn records(&self) -> Result<Vec<ConsumedRecord>, DecodeError> {
+        let records = self.iter_records(DECOMPRESSED_BYTES_MAX)?;
         // Each record takes at least 7 bytes, so a count beyond that is a lie; cap the allocation.
-        let mut out = Vec::with_capacity(count.min(buf.len() / 7 + 1));
-        for _ in 0..count {
-            let length = get_varint(&mut buf).ok_or(malformed("truncated record length"))?;
-            let length =
-                usize::try_from(length).map_err(|_| malformed("negative record length"))?;
-            if buf.len() < length {
-                return Err(malformed("record longer than its batch"));
-            }
-            let mut rec = buf.split_to(length);
-            let parse = |rec: &mut Bytes| -> Option<ConsumedRecord> {
-                if !rec.has_remaining() {
-                    return None;
-                }
-                let _attributes = rec.get_i8();
-                let timestamp_delta = get_varlong(rec)?;
-                let offset_delta = get_varint(rec)?;
-                let key = get_nullable_bytes(rec)?;
-                let value = get_nullable_bytes(rec)?;
-                let header_count = usize::try_from(get_varint(rec)?).ok()?;
-                let mut headers = Vec::with_capacity(header_count.min(rec.len() / 2 + 1));
-                for _ in 0..header_count {
-                    let key = get_nullable_bytes(rec)??;
-                    let value = get_nullable_bytes(rec)?;
-                    headers.push((key, value));
-                }
-                Some(ConsumedRecord {
-                    offset: self.base_offset + i64::from(offset_delta),
-                    timestamp_ms: if log_append_time {
-                        self.max_timestamp
-                    } else {
-                        self.base_timestamp + timestamp_delta
-                    },
-                    key,
-                    value,
-                    headers,
-                })
-            };
-            out.push(parse(&mut rec).ok_or(malformed("truncated or invalid record"))?);
+        let mut out = Vec::with_capacity(records.count.min(records.buf.len() / 7 + 1));
+        for record in records.iter() {
+            out.push(records.to_owned_record(&record?));
         }
         Ok(out)
+    }
+}
+
+/// The (decompressed) records of one batch ([`FetchedBatch::iter_records`]). Cheap to clone:
+/// clones share the bytes.
+#[derive(Debug, Clone)]
+pub struct Records {
+    buf: Bytes,
+    /// Records in the batch, as its header counts them.
+    count: usize,
+    base_offset: i64,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    log_append_time: bool,
+}
+
+impl Records {
+    /// Records in the batch, as its header counts them.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The records in order, borrowed from this batch's bytes. Stops after the first error.
+    pub fn iter(&self) -> RecordIter<'_> {
+        RecordIter {
+            records: self,
+            rest: &self.buf,
+            remaining: self.count,
+        }
+    }
+
+    /// `view` (from [`Records::iter`] on this batch) with its slices turned into `Bytes` that
+    /// share this batch's buffer.
+    pub fn to_owned_record(&self, view: &RecordView<'_>) -> ConsumedRecord {
+        let share = |b: &[u8]| self.buf.slice_ref(b);
+        ConsumedRecord {
+            offset: view.offset,
+            timestamp_ms: view.timestamp_ms,
+            key: view.key.map(share),
+            value: view.value.map(share),
+            headers: view
+                .headers
+                .iter()
+                .map(|(k, v)| (share(k), v.map(share)))
+                .collect(),
+        }
+    }
+
+    fn parse<'a>(&self, mut rec: &'a [u8]) -> Option<RecordView<'a>> {
+        let rec = &mut rec;
+        if rec.is_empty() {
+            return None;
+        }
+        let _attributes = rec.get_i8();
+        let timestamp_delta = get_varlong(rec)?;
+        let offset_delta = get_varint(rec)?;
+        let key = get_nullable_bytes(rec)?;
+        let value = get_nullable_bytes(rec)?;
+        let count = usize::try_from(get_varint(rec)?).ok()?;
+        // Walk the headers once to check them; `RecordHeaders` re-reads them on demand.
+        let headers_start: &'a [u8] = rec;
+        for _ in 0..count {
+            get_nullable_bytes(rec)??;
+            get_nullable_bytes(rec)?;
+        }
+        let used = headers_start.len() - rec.len();
+        Some(RecordView {
+            offset: self.base_offset + i64::from(offset_delta),
+            timestamp_ms: if self.log_append_time {
+                self.max_timestamp
+            } else {
+                self.base_timestamp.wrapping_add(timestamp_delta)
+            },
+            key,
+            value,
+            headers: RecordHeaders {
+                raw: &headers_start[..used],
+                count,
+            },
+        })
+    }
+}
+
+/// Iterator over the records of a batch ([`Records::iter`]).
+#[derive(Debug, Clone)]
+pub struct RecordIter<'a> {
+    records: &'a Records,
+    rest: &'a [u8],
+    remaining: usize,
+}
+
+impl<'a> RecordIter<'a> {
+    fn malformed(&mut self, reason: &'static str) -> DecodeError {
+        self.remaining = 0;
+        DecodeError::Malformed {
+            base_offset: self.records.base_offset,
+            reason,
+        }
+    }
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = Result<RecordView<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let Some(length) = get_varint(&mut self.rest) else {
+            return Some(Err(self.malformed("truncated record length")));
+        };
+        let Ok(length) = usize::try_from(length) else {
+            return Some(Err(self.malformed("negative record length")));
+        };
+        let Some((rec, rest)) = self.rest.split_at_checked(length) else {
+            return Some(Err(self.malformed("record longer than its batch")));
+        };
+        self.rest = rest;
+        match self.records.parse(rec) {
+            Some(view) => {
+                self.remaining -= 1;
+                Some(Ok(view))
+            }
+            None => Some(Err(self.malformed("truncated or invalid record"))),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining))
+    }
+}
+
+/// One record of a fetched batch; key, value and headers borrow the batch's (possibly
+/// decompressed) bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: RecordHeaders<'a>,
+}
+
+/// The headers of a [`RecordView`], checked when the record was read and decoded on demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeaders<'a> {
+    raw: &'a [u8],
+    count: usize,
+}
+
+impl<'a> RecordHeaders<'a> {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// `(key, value)` pairs in record order; a key may appear more than once.
+    pub fn iter(&self) -> HeaderIter<'a> {
+        HeaderIter {
+            raw: self.raw,
+            remaining: self.count,
+        }
+    }
+}
+
+/// Iterator over [`RecordHeaders`].
+#[derive(Debug, Clone)]
+pub struct HeaderIter<'a> {
+    raw: &'a [u8],
+    remaining: usize,
+}
+
+impl<'a> Iterator for HeaderIter<'a> {
+    type Item = (&'a [u8], Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        // Checked when the record was read, so these cannot fail; stop quietly if they did.
+        let header = get_nullable_bytes(&mut self.raw)
+            .flatten()
+            .zip(get_nullable_bytes(&mut self.raw));
+        if header.is_none() {
+            self.remaining = 0;
+        }
+        header
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining))
     }
 }
 
@@ -356,13 +774,11 @@ pub struct ConsumedRecord {
     pub headers: Vec<(Bytes, Option<Bytes>)>,
 }
 
-fn get_unsigned(buf: &mut Bytes, max_bytes: usize) -> Option<u64> {
+fn get_unsigned(buf: &mut &[u8], max_bytes: usize) -> Option<u64> {
     let mut value = 0u64;
     for i in 0..max_bytes {
-        if !buf.has_remaining() {
-            return None;
-        }
-        let byte = buf.get_u8();
+        let (&byte, rest) = buf.split_first()?;
+        *buf = rest;
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
             return Some(value);
@@ -371,161 +787,26 @@ fn get_unsigned(buf: &mut Bytes, max_bytes: usize) -> Option<u64> {
     None
 }
 
-fn get_varint(buf: &mut Bytes) -> Option<i32> {
+fn get_varint(buf: &mut &[u8]) -> Option<i32> {
     let raw = get_unsigned(buf, 5)? as u32;
     Some(((raw >> 1) as i32) ^ -((raw & 1) as i32))
 }
 
-fn get_varlong(buf: &mut Bytes) -> Option<i64> {
+fn get_varlong(buf: &mut &[u8]) -> Option<i64> {
     let raw = get_unsigned(buf, 10)?;
     Some(((raw >> 1) as i64) ^ -((raw & 1) as i64))
 }
 
 /// `None`: malformed; `Some(None)`: a null (length -1).
-fn get_nullable_bytes(buf: &mut Bytes) -> Option<Option<Bytes>> {
+fn get_nullable_bytes<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
     let length = get_varint(buf)?;
     if length < 0 {
         return (length == -1).then_some(None);
     }
-    let length = length as usize;
-    (buf.len() >= length).then(|| Some(buf.split_to(length)))
+    let (bytes, rest) = buf.split_at_checked(length as usize)?;
+    *buf = rest;
+    Some(Some(bytes))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(key: Option<&str>, value: &str, headers: &[(&str, &str)], ts: i64) -> ProducerRecord {
-        ProducerRecord {
-            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
-            value: Some(Bytes::copy_from_slice(value.as_bytes())),
-            headers: headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), Some(Bytes::copy_from_slice(v.as_bytes()))))
-                .collect(),
-            timestamp_ms: ts,
-        }
-    }
-
-    #[test]
-    fn varints_match_the_zig_zag_examples() {
-        // Values and encodings from the protobuf zig-zag table, as Kafka uses them.
-        for (value, bytes) in [
-            (0i32, &[0x00u8][..]),
-            (-1, &[0x01]),
-            (1, &[0x02]),
-            (-2, &[0x03]),
-            (63, &[0x7e]),
-            (-64, &[0x7f]),
-            (64, &[0x80, 0x01]),
-            (i32::MAX, &[0xfe, 0xff, 0xff, 0xff, 0x0f]),
-            (i32::MIN, &[0xff, 0xff, 0xff, 0xff, 0x0f]),
-        ] {
-            let mut out = Vec::new();
-            put_varint(&mut out, value);
-            assert_eq!(out, bytes, "{value}");
-            assert_eq!(get_varint(&mut Bytes::from(out)), Some(value));
-        }
-        for value in [0i64, -1, 1, i64::MAX, i64::MIN, 1_700_000_000_000, -300] {
-            let mut out = Vec::new();
-            put_varlong(&mut out, value);
-            assert_eq!(get_varlong(&mut Bytes::from(out)), Some(value));
-        }
-        assert_eq!(get_varint(&mut Bytes::from_static(&[0x80])), None);
-    }
-
-    #[test]
-    fn batch_round_trip_with_keys_nulls_and_repeated_headers() {
-        let mut records = vec![
-            record(Some("k1"), "v1", &[("a", "1"), ("a", "2")], 1_000),
-            record(None, "v2", &[], 900),
-            record(Some(""), "", &[("h", "")], 1_500),
-        ];
-        records[1].value = None;
-        records[1].headers.push(("n".to_owned(), None));
-        let mut buf = BytesMut::new();
-        encode_batch(&mut buf, &records);
-        // The batch is one the broker's own validation accepts.
-        let view = sluice_log::batch::BatchView::parse_checked(&buf).expect("valid batch");
-        assert_eq!(view.record_count(), 3);
-        assert_eq!(view.base_timestamp(), 1_000);
-        assert_eq!(view.max_timestamp(), 1_500);
-        assert_eq!(view.producer_id(), -1);
-
-        // Pretend the broker assigned base offset 40.
-        buf[0..8].copy_from_slice(&40i64.to_be_bytes());
-        let batches: Vec<_> = Batches::new(buf.freeze()).collect();
-        assert_eq!(batches.len(), 1);
-        let batch = batches[0].as_ref().unwrap();
-        assert_eq!(batch.next_offset(), 43);
-        let got = batch.records().unwrap();
-        assert_eq!(got.len(), 3);
-        for (i, (got, want)) in got.iter().zip(&records).enumerate() {
-            assert_eq!(got.offset, 40 + i as i64);
-            assert_eq!(got.timestamp_ms, want.timestamp_ms);
-            assert_eq!(got.key, want.key);
-            assert_eq!(got.value, want.value);
-            let headers: Vec<Header> = got
-                .headers
-                .iter()
-                .map(|(k, v)| (String::from_utf8(k.to_vec()).unwrap(), v.clone()))
-                .collect();
-            assert_eq!(headers, want.headers);
-        }
-    }
-
-    #[test]
-    fn partial_trailing_batch_is_skipped_and_corruption_is_reported() {
-        let mut buf = BytesMut::new();
-        encode_batch(&mut buf, &[record(None, "one", &[], 1)]);
-        let first_len = buf.len();
-        encode_batch(&mut buf, &[record(None, "two", &[], 2)]);
-        let whole = buf.clone().freeze();
-        let cut = whole.slice(..whole.len() - 3);
-        assert_eq!(Batches::new(cut).count(), 1);
-        assert_eq!(Batches::new(whole.clone()).count(), 2);
-
-        let mut corrupt = BytesMut::from(&whole[..]);
-        corrupt[first_len - 1] ^= 0xff;
-        let first = Batches::new(corrupt.freeze()).next().unwrap();
-        assert!(
-            matches!(first, Err(DecodeError::BadCrc { .. })),
-            "{first:?}"
-        );
-    }
-
-    #[test]
-    fn compressed_batch_names_its_codec() {
-        let mut buf = BytesMut::new();
-        encode_batch(&mut buf, &[record(None, "x", &[], 1)]);
-        buf[22] |= 4; // zstd, in the low byte of the attributes
-        let crc = crc32c::crc32c(&buf[CRC_START..]);
-        buf[17..21].copy_from_slice(&crc.to_be_bytes());
-        let batch = Batches::new(buf.freeze()).next().unwrap().unwrap();
-        let err = batch.records().unwrap_err();
-        assert!(err.to_string().contains("compressed with zstd"), "{err}");
-    }
-
-    #[test]
-    fn malformed_records_are_errors_not_panics() {
-        let mut buf = BytesMut::new();
-        encode_batch(
-            &mut buf,
-            &[
-                record(Some("key"), "value", &[("h", "v")], 5),
-                record(None, "z", &[], 6),
-            ],
-        );
-        let whole = buf.freeze();
-        for cut in BATCH_HEADER_BYTES..whole.len() {
-            // Re-frame the cut batch as whole (fix length and CRC) so decoding reaches the records.
-            let mut b = BytesMut::from(&whole[..cut]);
-            let len = (cut - LOG_OVERHEAD_BYTES) as i32;
-            b[8..12].copy_from_slice(&len.to_be_bytes());
-            let crc = crc32c::crc32c(&b[CRC_START..]);
-            b[17..21].copy_from_slice(&crc.to_be_bytes());
-            let batch = Batches::new(b.freeze()).next().unwrap().unwrap();
-            assert!(batch.records().is_err(), "cut at {cut}");
-        }
-    }
-}
+mod tests;

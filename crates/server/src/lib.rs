@@ -209,6 +209,8 @@ impl Connection {
                 let peer = self.peer;
                 let (api_key, version, correlation_id) =
                     (request.api_key, request.api_version, request.correlation_id);
+                let started = std::time::Instant::now();
+                let broker = Arc::clone(&self.broker);
                 // Started now, in arrival order (produce appends happen here).
                 let handling = self.broker.handle_from(request, Some(peer.ip()));
                 in_flight.push_back(
@@ -226,6 +228,8 @@ impl Connection {
                                 }
                             }
                         };
+                        let bytes_out = response.as_ref().map_or(0, |r| r.as_ref().map_or(0, BytesMut::len));
+                        broker.metrics().kafka_request(api_key as i16, started.elapsed(), size, bytes_out);
                         (response, permit)
                     }
                     .boxed(),

@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::future::select_all;
+use sluice_log::batch::BatchView;
 use sluice_log::{LogError, PartitionLog};
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::fetch_response::{
@@ -58,6 +59,9 @@ pub async fn handle(broker: &Broker, req: FetchRequest) -> FetchResponse {
         }
         let (response, bytes, errors) = read_once(&req, &targets, max_bytes);
         if bytes >= min_bytes || errors || changed.is_empty() || Instant::now() >= deadline {
+            if bytes > 0 {
+                broker.metrics().records_out(record_count(&response));
+            }
             return response;
         }
         let _ = tokio::time::timeout_at(deadline, select_all(changed)).await;
@@ -132,4 +136,18 @@ fn read_once(
         total,
         any_error,
     )
+}
+
+/// Records in the batches of a response, from the batch headers (for the metrics). Counts
+/// whole batches, including records before the fetch offset that a batch may start with.
+fn record_count(response: &FetchResponse) -> u64 {
+    let mut count = 0u64;
+    for partition in response.responses.iter().flat_map(|t| &t.partitions) {
+        let mut rest: &[u8] = partition.records.as_deref().unwrap_or_default();
+        while let Ok(view) = BatchView::parse(rest) {
+            count += u64::try_from(view.record_count()).unwrap_or(0);
+            rest = &rest[view.len()..];
+        }
+    }
+    count
 }

@@ -63,6 +63,7 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
             let records = data.records.unwrap_or_default();
             match append(broker, topic, data.index, &records) {
                 Ok(Outcome::Appended(appended, log_start)) => {
+                    count_records_in(broker, &appended);
                     pending.push((ti, pi, appended));
                     partitions.push(
                         PartitionProduceResponse::default()
@@ -225,6 +226,13 @@ fn append(
         base += i64::from(count);
     }
     Ok(Outcome::Appended(appended, log.log_start_offset()))
+}
+
+/// Counts the records of a Kafka produce append (one offset each) in the broker's metrics.
+/// (The HTTP API counts its own, since [`Broker::append`] serves both.)
+fn count_records_in(broker: &Broker, appended: &Appended) {
+    let records = appended.last_offset - appended.base_offset + 1;
+    broker.metrics().records_in(records.max(0) as u64);
 }
 
 /// The size of the first batch in `records` larger than `max` bytes, if any.

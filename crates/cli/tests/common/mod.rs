@@ -23,9 +23,22 @@ impl Server {
 
     /// Starts a server on `dir`.
     pub fn start(dir: tempfile::TempDir) -> Server {
+        Server::start_with_args(dir, &[])
+    }
+
+    /// Starts a server on `dir` with more `serve` arguments (e.g. `--config FILE`).
+    pub fn start_with_args(dir: tempfile::TempDir, extra_args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--kafka-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "serve",
+                "--kafka-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(dir.path())
+            .args(extra_args)
             .env("SLUICE_LOG", "info")
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
