@@ -395,8 +395,8 @@ pub(crate) fn read_batches(
         .map_err(|e| LogError::io("read segment", path, e))?;
     let first = batch_len_at(&header, path, pos)?;
     let want = (max_bytes as u64).max(first).min(available);
-    let mut buf = BytesMut::zeroed(want as usize);
-    file.read_exact_at(&mut buf, pos)
+    let mut buf = BytesMut::new();
+    read_exact_at_uninit(file, &mut buf, want as usize, pos)
         .map_err(|e| LogError::io("read segment", path, e))?;
     // Keep whole, valid batches only.
     let mut keep = 0usize;
@@ -415,6 +415,54 @@ pub(crate) fn read_batches(
     }
     buf.truncate(keep);
     Ok(buf.freeze())
+}
+
+/// Appends exactly `len` bytes read at `pos` of `file` to `buf`, without zeroing the memory
+/// first (reads are the consume path's hottest loop: zeroing would be one more pass over every
+/// byte served).
+fn read_exact_at_uninit(
+    file: &File,
+    buf: &mut BytesMut,
+    len: usize,
+    mut pos: u64,
+) -> io::Result<()> {
+    buf.reserve(len);
+    let end = buf.len() + len;
+    while buf.len() < end {
+        let want = end - buf.len();
+        let dst = &mut buf.spare_capacity_mut()[..want];
+        // SAFETY: `dst` is writable memory of `dst.len()` bytes owned by `buf` (its spare
+        // capacity); pread writes at most that many bytes into it and reads none of it.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                dst.as_mut_ptr().cast(),
+                dst.len(),
+                pos as libc::off_t,
+            )
+        };
+        match n {
+            n if n > 0 => {
+                // SAFETY: pread initialised the first `n` bytes of the spare capacity, and
+                // `n <= dst.len()` keeps the new length within the capacity.
+                unsafe { buf.set_len(buf.len() + n as usize) };
+                pos += n as u64;
+            }
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file ended before the bytes its index promised",
+                ));
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Size of the batch whose first bytes (at least the 12-byte length prefix, at most one header)
