@@ -800,8 +800,11 @@ pub(crate) mod tests {
             ]
         );
         let r = &records[1].record;
-        assert_eq!(r.value.as_deref(), Some(&br#"{"n":1,"list":[1,2]}"#[..]),
-            "an object value is stored as compact JSON with its keys in the order sent");
+        assert_eq!(
+            r.value.as_deref(),
+            Some(&br#"{"n":1,"list":[1,2]}"#[..]),
+            "an object value is stored as compact JSON with its keys in the order sent"
+        );
         assert_eq!(r.headers[0].0, "z", "map headers keep their order");
         assert_eq!(r.timestamp_ms, 5);
         assert_eq!(records[2].record.value.as_deref(), Some(&b"42"[..]));
