@@ -50,7 +50,7 @@ impl BrokerConfig {
             partitions_per_topic_max: 10_000,
             log: LogConfig::default(),
             flush: FlushPolicy::Always,
-            sync_threads: 4,
+            sync_threads: 2,
             max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT,
             fetch_wait_max_ms: 30_000,
             groups: crate::groups::GroupConfig::default(),

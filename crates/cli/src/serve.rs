@@ -84,7 +84,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_FLUSH_INTERVAL_MS")]
     flush_interval_ms: Option<u64>,
     /// Threads that run fdatasyncs for the partitions (each syncs one partition at a time)
-    /// [default: 4]
+    /// [default: 2]
     #[arg(long, env = "SLUICE_SYNC_THREADS")]
     sync_threads: Option<usize>,
     /// Largest request accepted, in bytes [default: 104857600 = 100 MiB]

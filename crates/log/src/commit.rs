@@ -29,7 +29,9 @@ use crate::partition::PartitionShared;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitConfig {
     pub policy: FlushPolicy,
-    /// Sync threads: how many fdatasyncs (of different partitions) may run at once.
+    /// Sync threads: how many fdatasyncs (of different partitions) may run at once. The default,
+    /// 2, measured best on a 2-core VM (`docs/benchmarks.md`, "Sync threads"): every fdatasync
+    /// costs CPU in the kernel, and fewer threads let each round cover more appends.
     pub sync_threads: usize,
 }
 
@@ -37,7 +39,7 @@ impl Default for CommitConfig {
     fn default() -> Self {
         CommitConfig {
             policy: FlushPolicy::Always,
-            sync_threads: 4,
+            sync_threads: 2,
         }
     }
 }
