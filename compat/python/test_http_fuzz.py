@@ -103,7 +103,7 @@ def test_http_api_against_its_spec(keyed_broker):
         [str(st), "run", str(SPEC), "--url", url, "--header", f"Authorization: Bearer {KEY}",
          "--checks", "all", "--exclude-checks", "positive_data_acceptance",
          "--max-examples", str(EXAMPLES), "--request-timeout", "35", "--seed", "1", "--no-color"],
-        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=FUZZ_TIMEOUT_S,
+        cwd=LOG_DIR, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=FUZZ_TIMEOUT_S,
     )
     report = (run.stdout + run.stderr).replace(KEY, "[key]")
     (LOG_DIR / "schemathesis.log").write_text(report)
