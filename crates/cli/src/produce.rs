@@ -27,6 +27,7 @@ use crate::client::{
     BootstrapArgs, Cluster, REQUEST_TIMEOUT_MS, TopicInfo, block_on, kafka_error, plural,
 };
 use crate::topic::parse_key_value;
+use sluice_protocol::partitioner;
 use sluice_protocol::records::{Header, ProducerRecord, encode_batch};
 
 /// Send once about this many record bytes are queued: below the default `max.message.bytes`
@@ -303,38 +304,10 @@ fn base64_field(name: &str, v: &Value) -> anyhow::Result<Option<Bytes>> {
     }
 }
 
-/// Kafka's murmur2 hash (as `org.apache.kafka.common.utils.Utils.murmur2` defines it), which
-/// the default partitioner of the Java client and librdkafka's `murmur2_random` use for keys.
-pub fn murmur2(data: &[u8]) -> i32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    let mut h = SEED ^ data.len() as u32;
-    let mut chunks = data.chunks_exact(4);
-    for chunk in &mut chunks {
-        let mut k = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        for (i, &b) in tail.iter().enumerate().rev() {
-            h ^= u32::from(b) << (8 * i);
-        }
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h as i32
-}
-
-/// The partition Kafka's default partitioner picks for `key` among `partitions`.
-pub fn partition_for_key(key: &[u8], partitions: i32) -> i32 {
-    (murmur2(key) & 0x7fff_ffff) % partitions
+/// The partition Kafka's default partitioner picks for `key` among `partitions`
+/// ([`sluice_protocol::partitioner`], which the HTTP API uses too).
+fn partition_for_key(key: &[u8], partitions: i32) -> i32 {
+    partitioner::partition_for_key(key, partitions.max(1) as u32) as i32
 }
 
 /// Picks each record's partition.
@@ -480,24 +453,6 @@ fn check_partition(topic: &TopicInfo, partition: i32) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn murmur2_matches_kafkas_reference_values() {
-        // Kafka's Utils.murmur2 of the bytes "21", from its own unit tests.
-        assert_eq!(murmur2(b"21"), -973_932_308);
-        // Every tail length (0..=3 bytes after the 4-byte blocks) gives a stable, distinct hash.
-        let hashes: Vec<i32> = (0..8).map(|n| murmur2(&b"abcdefgh"[..n])).collect();
-        let mut distinct = hashes.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), hashes.len());
-        // Non-negative partitions even for negative hashes.
-        assert!(murmur2(b"21") < 0);
-        assert_eq!(
-            partition_for_key(b"21", 3),
-            (-973_932_308i32 & 0x7fff_ffff) % 3
-        );
-    }
 
     #[test]
     fn plain_lines_with_and_without_a_separator() {
