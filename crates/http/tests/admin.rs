@@ -4,10 +4,9 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::Api;
+use common::{Api, key};
 use serde_json::{Value, json};
 use sluice_broker::groups::classic::JoinRequest;
-use sluice_http::auth::{ApiKeyConfig, hash_key_hex};
 use sluice_protocol::records::{ProducerRecord, encode_batch};
 
 /// Status and JSON body of a request (`Value::Null` when the body is empty).
@@ -479,17 +478,6 @@ async fn commit_is_refused_while_the_group_has_members() {
     assert_eq!(status, 200);
     assert_eq!(body["offsets"][0]["offset"], 1);
     api.stop().await;
-}
-
-fn key(name: &str, secret: &str, read: &[&str], write: &[&str], admin: &[&str]) -> ApiKeyConfig {
-    let list = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect();
-    ApiKeyConfig {
-        name: name.to_owned(),
-        sha256: hash_key_hex(secret),
-        read: list(read),
-        write: list(write),
-        admin: list(admin),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

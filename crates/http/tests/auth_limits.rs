@@ -5,26 +5,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Api;
+use common::{Api, key};
 use serde_json::{Value, json};
 use sluice_http::HttpConfig;
-use sluice_http::auth::{ApiKeyConfig, hash_key_hex};
+use sluice_http::auth::ApiKeyConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const ADMIN_KEY: &str = "sk_admin_0123456789";
 const APP_KEY: &str = "sk_app_0123456789";
 const METRICS_KEY: &str = "sk_prometheus_0123456789";
-
-fn key(name: &str, secret: &str, read: &[&str], write: &[&str], admin: &[&str]) -> ApiKeyConfig {
-    let list = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
-    ApiKeyConfig {
-        name: name.to_owned(),
-        sha256: hash_key_hex(secret),
-        read: list(read),
-        write: list(write),
-        admin: list(admin),
-    }
-}
 
 /// An admin key for everything, an application key that reads `orders.*` and writes
 /// `orders.eu`, and a key with no grants (for scraping /metrics).

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use sluice_broker::{Broker, BrokerConfig};
-use sluice_http::auth::{ApiKeyConfig, Auth};
+use sluice_http::auth::{ApiKeyConfig, Auth, hash_key_hex};
 use sluice_http::{AppState, HttpConfig};
 use tokio::sync::watch;
 
@@ -81,5 +81,23 @@ impl Drop for Api {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+    }
+}
+
+/// An API key config for `secret` with these grants (topic patterns).
+pub fn key(
+    name: &str,
+    secret: &str,
+    read: &[&str],
+    write: &[&str],
+    admin: &[&str],
+) -> ApiKeyConfig {
+    let list = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect();
+    ApiKeyConfig {
+        name: name.to_owned(),
+        sha256: hash_key_hex(secret),
+        read: list(read),
+        write: list(write),
+        admin: list(admin),
     }
 }
