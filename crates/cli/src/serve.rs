@@ -202,16 +202,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)
             .context("invalid http_api_keys in the config file")?,
     );
-    // Refuse an open HTTP API on a non-loopback address before binding anything, so it is
-    // never reachable, not even briefly. (The bound address is checked again below.)
-    if let Some(addr) = &http_addr
-        && !auth.enabled()
-        && !allow_anonymous
-    {
-        let resolved: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(addr)
-            .with_context(|| format!("resolving the HTTP address {addr}"))?
-            .collect();
-        if let Some(open) = resolved.iter().find(|a| !a.ip().is_loopback()) {
+    // Resolved once, here: the check below and the bind use the same addresses. An open HTTP
+    // API on a non-loopback address is refused before anything binds, so it is never
+    // reachable, not even briefly.
+    let http_addrs: Option<Vec<std::net::SocketAddr>> = match &http_addr {
+        Some(addr) => Some(
+            std::net::ToSocketAddrs::to_socket_addrs(addr)
+                .with_context(|| format!("resolving the HTTP address {addr}"))?
+                .collect(),
+        ),
+        None => None,
+    };
+    if !auth.enabled() && !allow_anonymous {
+        let open = http_addrs.iter().flatten().find(|a| !a.ip().is_loopback());
+        if let Some(open) = open {
             bail!(
                 "the HTTP API would listen on {open} without API keys: configure http_api_keys in the config file (see `sluice api-key new`), bind it to a loopback address, or pass --http-allow-anonymous"
             );
@@ -335,17 +339,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "opened data directory"
         );
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let http = match &http_addr {
-            Some(addr) => {
-                let listener = tokio::net::TcpListener::bind(addr)
+        let http = match (&http_addr, &http_addrs) {
+            (Some(addr), Some(addrs)) => {
+                let listener = tokio::net::TcpListener::bind(&addrs[..])
                     .await
                     .with_context(|| format!("binding the HTTP listener to {addr}"))?;
                 let bound = listener.local_addr()?;
-                if !auth.enabled() && !bound.ip().is_loopback() && !allow_anonymous {
-                    bail!(
-                        "the HTTP API would listen on {bound} without API keys: configure http_api_keys in the config file, bind it to a loopback address, or pass --http-allow-anonymous"
-                    );
-                }
                 if !auth.enabled() {
                     tracing::warn!("no HTTP API keys configured: the HTTP API on {bound} accepts every request");
                 }
@@ -353,7 +352,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 let state = AppState::new(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone());
                 Some(tokio::spawn(sluice_http::serve(listener, state)))
             }
-            None => None,
+            _ => None,
         };
         // After the HTTP line: whoever waits for this line has both addresses.
         tracing::info!("kafka listening on {bound}");

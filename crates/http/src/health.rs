@@ -2,7 +2,6 @@
 //! begun) and `/metrics` (Prometheus text).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::extract::State;
@@ -20,7 +19,7 @@ pub async fn healthz() -> Json<serde_json::Value> {
 pub async fn readyz(
     State(state): State<Arc<AppState>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if state.stopping.load(Ordering::SeqCst) || *state.shutdown.borrow() {
+    if *state.shutdown.borrow() {
         return Err(ApiError::unavailable("shutting down"));
     }
     Ok(Json(json!({ "status": "ready" })))

@@ -27,7 +27,7 @@ mod produce;
 mod topics;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::AtomicU32;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -73,8 +73,6 @@ pub struct AppState {
     pub limits: limits::Limits,
     /// True once shutdown has begun: `/readyz` answers 503 and long polls end.
     pub shutdown: watch::Receiver<bool>,
-    /// Set when shutdown begins (for `/readyz`).
-    pub stopping: AtomicBool,
     /// Round-robin counter for produce requests with keyless records: each such request takes
     /// the next value, modulo the topic's partition count.
     pub next_partition: AtomicU32,
@@ -94,7 +92,6 @@ impl AppState {
             auth,
             limits,
             shutdown,
-            stopping: AtomicBool::new(false),
             next_partition: AtomicU32::new(0),
         })
     }
@@ -134,13 +131,9 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let state_for_stop = Arc::clone(&state);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|stopping| *stopping).await;
-            state_for_stop
-                .stopping
-                .store(true, std::sync::atomic::Ordering::SeqCst);
         })
         .await
 }
