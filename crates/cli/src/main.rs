@@ -1,6 +1,7 @@
 //! The `sluice` binary: the broker (`serve`) and the everyday commands around it.
 
 mod apikey;
+mod bench;
 mod client;
 mod consume;
 mod group;
@@ -29,6 +30,7 @@ enum Command {
     Consume(consume::ConsumeArgs),
     Group(group::GroupArgs),
     ApiKey(apikey::ApiKeyArgs),
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -48,6 +50,7 @@ fn main() -> std::process::ExitCode {
         Command::Consume(args) => consume::run(args),
         Command::Group(args) => group::run(args),
         Command::ApiKey(args) => apikey::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

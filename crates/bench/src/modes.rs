@@ -1,0 +1,699 @@
+//! One repeat of one test point in each mode: `run`, `explore`, `drain`, `correctness`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::admin::Admin;
+use crate::broker::BrokerProcess;
+use crate::checker::Checker;
+use crate::driver::{ConsumerMode, Fleet, Window, now_ns};
+use crate::result::{DrainResult, ExploreResult, ExploreStep, Interval, RunResult};
+use crate::stats;
+use crate::workload::{Rate, Workload};
+
+/// What a repeat needs from the campaign around it.
+#[derive(Debug)]
+pub struct Context<'a> {
+    pub admin: &'a Admin,
+    pub bootstrap: &'a str,
+    /// Unique per repeat; names topics and groups.
+    pub run_id: String,
+    /// `p0 r1`, for progress lines.
+    pub tag: String,
+    /// A broker the benchmark started itself (correctness kills it).
+    pub broker: Option<&'a mut BrokerProcess>,
+    pub quiet: bool,
+}
+
+/// How long joins, flushes and catch-ups may take before a repeat fails.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Emits reporting intervals while a phase runs.
+struct Ticker<'f> {
+    fleet: &'f Fleet,
+    every: Duration,
+    last: Instant,
+    intervals: Vec<Interval>,
+    /// The e2e histogram of each interval, kept only when asked for (explore's sustain phase).
+    keep_e2e: bool,
+    e2e_windows: Vec<Window>,
+    tag: String,
+    quiet: bool,
+}
+
+impl<'f> Ticker<'f> {
+    fn new(fleet: &'f Fleet, interval_s: f64, tag: &str, quiet: bool) -> Self {
+        Ticker {
+            fleet,
+            every: Duration::from_secs_f64(interval_s),
+            last: Instant::now(),
+            intervals: Vec::new(),
+            keep_e2e: false,
+            e2e_windows: Vec::new(),
+            tag: tag.into(),
+            quiet,
+        }
+    }
+
+    /// Ticks until `seconds` have passed.
+    fn run_for(&mut self, seconds: f64, phase: &str) {
+        let end = Instant::now() + Duration::from_secs_f64(seconds);
+        self.run_until(end, phase, || false);
+    }
+
+    /// Ticks until `done()` or `deadline`; returns whether `done()` became true.
+    fn run_until(
+        &mut self,
+        deadline: Instant,
+        phase: &str,
+        mut done: impl FnMut() -> bool,
+    ) -> bool {
+        loop {
+            if done() {
+                self.flush_partial(phase);
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.flush_partial(phase);
+                return false;
+            }
+            let next_tick = self.last + self.every;
+            if now >= next_tick {
+                self.tick(phase);
+                continue;
+            }
+            std::thread::sleep(
+                next_tick
+                    .min(deadline)
+                    .saturating_duration_since(now)
+                    .min(Duration::from_millis(10)),
+            );
+        }
+    }
+
+    /// Closes a partial interval at a phase boundary if it is long enough to mean something.
+    fn flush_partial(&mut self, phase: &str) {
+        if self.last.elapsed() >= self.every / 4 {
+            self.tick(phase);
+        }
+    }
+
+    fn tick(&mut self, phase: &str) {
+        let seconds = self.last.elapsed().as_secs_f64();
+        self.last = Instant::now();
+        let window = self.fleet.take_interval();
+        let interval = self.fleet.interval(&window, seconds, phase);
+        if !self.quiet {
+            eprintln!(
+                "[{}] {:>7.1}s {:<16} sent {:>9.0}/s  acked {:>9.0}/s {:>7.1} MB/s  consumed {:>9.0}/s  ack p99 {:>7.2} ms  e2e p50 {:>7.2} p99 {:>7.2} ms  lag {}",
+                self.tag,
+                interval.t_s,
+                phase,
+                interval.sent_rps,
+                interval.acked_rps,
+                interval.acked_mbps,
+                interval.consumed_rps,
+                interval.ack.p99_ms,
+                interval.e2e.p50_ms,
+                interval.e2e.p99_ms,
+                interval.lag_records,
+            );
+        }
+        self.intervals.push(interval);
+        if self.keep_e2e {
+            self.e2e_windows.push(window);
+        }
+    }
+}
+
+fn topic_names(w: &Workload, run_id: &str) -> Vec<String> {
+    (0..w.topics)
+        .map(|t| format!("sluice-bench-{run_id}-t{t}"))
+        .collect()
+}
+
+/// A blank result for a repeat; the mode fills it in.
+fn blank(repeat: u32, topics: &[String], target_rps: Option<f64>) -> RunResult {
+    RunResult {
+        repeat,
+        topics: topics.to_vec(),
+        target_rps,
+        measured_s: 0.0,
+        totals: Default::default(),
+        produce_rps: 0.0,
+        produce_mbps: 0.0,
+        consume_rps: 0.0,
+        consume_mbps: 0.0,
+        ack_latency: Default::default(),
+        e2e_latency: Default::default(),
+        generator_saturated: false,
+        max_send_lag_ms: 0.0,
+        backpressure_fraction: 0.0,
+        generator_cpu_s: 0.0,
+        intervals: Vec::new(),
+        explore: None,
+        drain: None,
+        correctness: None,
+    }
+}
+
+/// Fills the throughput, latency and health fields from the fleet's measured window.
+fn fill_measured(result: &mut RunResult, fleet: &Fleet, w: &Workload, measured_s: f64, cpu_s: f64) {
+    let m = fleet.measured();
+    let t = m.totals;
+    result.measured_s = measured_s;
+    result.totals = t;
+    let per_s = |n: u64| {
+        if measured_s > 0.0 {
+            n as f64 / measured_s
+        } else {
+            0.0
+        }
+    };
+    result.produce_rps = per_s(t.acked_records);
+    result.produce_mbps = per_s(t.acked_bytes) / 1e6;
+    result.consume_rps = per_s(t.consumed_records);
+    result.consume_mbps = per_s(t.consumed_bytes) / 1e6;
+    result.ack_latency = stats::latency(&m.ack);
+    result.e2e_latency = stats::latency(&m.e2e);
+    let (blocked_ns, late, max_lag_ns) = fleet.producer_health();
+    let producer_s = measured_s * f64::from(w.producers);
+    result.backpressure_fraction = if producer_s > 0.0 {
+        (blocked_ns as f64 / 1e9 / producer_s).min(1.0)
+    } else {
+        0.0
+    };
+    result.max_send_lag_ms = max_lag_ns as f64 / 1e6;
+    result.generator_cpu_s = cpu_s;
+    let late_share = if t.sent_records > 0 {
+        late as f64 / t.sent_records as f64
+    } else {
+        0.0
+    };
+    let short_of_rate = result.target_rps.is_some_and(|target| {
+        per_s(t.sent_records) < 0.97 * target && result.backpressure_fraction < 0.1
+    });
+    result.generator_saturated = late_share > 0.01 || short_of_rate;
+}
+
+/// `run`: a fixed rate (or "max") for warm-up + duration.
+pub fn run(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
+    let topics = topic_names(w, &ctx.run_id);
+    ctx.admin
+        .create_topics(&topics, w.partitions, w.replication_factor)?;
+    let outcome = (|| {
+        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.clone(), &ctx.run_id, None);
+        fleet.start_consumers(ConsumerMode::Groups, SETUP_TIMEOUT)?;
+        fleet.start_producers()?;
+        let target = w.target_rps();
+        let mut result = blank(repeat, &topics, target);
+        let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
+        let measure_start = now_ns() + (w.warmup_s * 1e9) as u64;
+        fleet.set_measure_window(measure_start, u64::MAX);
+        fleet.set_rate(target);
+        ticker.run_for(w.warmup_s, "warmup");
+        fleet.reset_measured();
+        let cpu0 = fleet.cpu_s();
+        let started = Instant::now();
+        ticker.run_for(w.duration_s, "measure");
+        fleet.set_measure_window(measure_start, now_ns());
+        let measured_s = started.elapsed().as_secs_f64();
+        let cpu_s = fleet.cpu_s() - cpu0;
+        fleet.set_rate(Some(0.0));
+        let settled = Instant::now() + FLUSH_TIMEOUT;
+        ticker.run_until(settled, "settle", || {
+            fleet.lag() <= 0 && all_delivered(&fleet)
+        });
+        result.intervals = std::mem::take(&mut ticker.intervals);
+        drop(ticker);
+        fill_measured(&mut result, &fleet, w, measured_s, cpu_s);
+        fleet.stop_producers(FLUSH_TIMEOUT);
+        fleet.stop_consumers();
+        Ok(result)
+    })();
+    let _ = ctx.admin.delete_topics(&topics);
+    outcome
+}
+
+/// Every measured record sent has its delivery report.
+fn all_delivered(fleet: &Fleet) -> bool {
+    let t = fleet.measured().totals;
+    t.acked_records + t.failed_records >= t.sent_records
+}
+
+/// `explore`: the highest rate whose e2e latency percentile meets the target, sustained.
+pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
+    let topics = topic_names(w, &ctx.run_id);
+    ctx.admin
+        .create_topics(&topics, w.partitions, w.replication_factor)?;
+    let outcome = (|| {
+        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.clone(), &ctx.run_id, None);
+        fleet.start_consumers(ConsumerMode::Groups, SETUP_TIMEOUT)?;
+        fleet.start_producers()?;
+        let e = &w.explore;
+        let start_rps = e.start_rate.records_per_s(w.record_size).unwrap_or(1000.0);
+        let max_rps = e
+            .max_rate
+            .and_then(|r| r.records_per_s(w.record_size))
+            .unwrap_or(f64::INFINITY);
+        let mut explorer = Explorer {
+            fleet: &fleet,
+            ticker: Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet),
+            w,
+            steps: Vec::new(),
+        };
+        if w.warmup_s > 0.0 {
+            fleet.set_rate(Some(start_rps));
+            explorer.ticker.run_for(w.warmup_s, "warmup");
+            fleet.set_rate(Some(0.0));
+            explorer
+                .ticker
+                .run_until(Instant::now() + FLUSH_TIMEOUT, "settle", || {
+                    fleet.lag() <= 0
+                });
+        }
+        let cpu0 = fleet.cpu_s();
+        let outcome = explorer.search(start_rps, max_rps);
+        let mut result = blank(repeat, &topics, outcome.as_ref().map(|o| o.rate));
+        let steps = std::mem::take(&mut explorer.steps);
+        result.intervals = std::mem::take(&mut explorer.ticker.intervals);
+        drop(explorer);
+        let (sustained, fraction, measured_s) = match &outcome {
+            Some(o) => (Some(o.rate), Some(o.fraction), o.seconds),
+            None => (None, None, 0.0),
+        };
+        // The headline numbers are those of the passing sustain phase.
+        fill_measured(&mut result, &fleet, w, measured_s, fleet.cpu_s() - cpu0);
+        result.explore = Some(ExploreResult {
+            percentile: e.percentile,
+            target_ms: e.target_ms,
+            steps,
+            sustained_rps: sustained,
+            sustained_mbps: sustained.map(|r| r * w.record_size as f64 / 1e6),
+            sustain_pass_fraction: fraction,
+            passed: outcome.is_some(),
+        });
+        fleet.stop_producers(FLUSH_TIMEOUT);
+        fleet.stop_consumers();
+        Ok(result)
+    })();
+    let _ = ctx.admin.delete_topics(&topics);
+    outcome
+}
+
+struct Explorer<'f> {
+    fleet: &'f Fleet,
+    ticker: Ticker<'f>,
+    w: &'f Workload,
+    steps: Vec<ExploreStep>,
+}
+
+struct Sustained {
+    rate: f64,
+    fraction: f64,
+    seconds: f64,
+}
+
+/// The most steps one search may take (bounds the run time whatever the broker does).
+const MAX_STEPS: usize = 40;
+
+impl Explorer<'_> {
+    /// Ramp by doubling, binary-search to within the precision, then sustain; on a failed
+    /// sustain, search again below.
+    fn search(&mut self, start: f64, max: f64) -> Option<Sustained> {
+        let e = &self.w.explore;
+        let mut lo: Option<f64> = None;
+        let mut hi: Option<f64> = None;
+        let mut rate = start.min(max);
+        while self.steps.len() < MAX_STEPS {
+            if self.step(rate, e.step_s, "ramp") {
+                lo = Some(rate);
+                if rate >= max {
+                    break;
+                }
+                rate = (rate * 2.0).min(max);
+            } else {
+                hi = Some(rate);
+                break;
+            }
+        }
+        for _attempt in 0..e.max_sustain_attempts {
+            // No passing rate yet: halve until one passes.
+            while lo.is_none() && self.steps.len() < MAX_STEPS {
+                let below = hi.unwrap_or(start) / 2.0;
+                if below < 1.0 {
+                    return None;
+                }
+                if self.step(below, e.step_s, "search") {
+                    lo = Some(below);
+                } else {
+                    hi = Some(below);
+                }
+            }
+            let mut low = lo?;
+            if let Some(mut high) = hi {
+                while (high - low) / low > e.precision && self.steps.len() < MAX_STEPS {
+                    let mid = (low + high) / 2.0;
+                    if self.step(mid, e.step_s, "search") {
+                        low = mid;
+                    } else {
+                        high = mid;
+                    }
+                }
+            }
+            self.fleet.reset_measured();
+            let (met, fraction) = self.sustain(low);
+            if met {
+                return Some(Sustained {
+                    rate: low,
+                    fraction,
+                    seconds: e.sustain_s,
+                });
+            }
+            hi = Some(low);
+            lo = None;
+        }
+        None
+    }
+
+    /// Runs one rate for `seconds`, pauses, lets the consumers catch up, and judges the
+    /// e2e percentile of the records intended inside the step.
+    fn step(&mut self, rate: f64, seconds: f64, phase: &str) -> bool {
+        let (met, achieved, e2e_ms, reason) = self.measure(rate, seconds, phase, false);
+        self.steps.push(ExploreStep {
+            phase: phase.into(),
+            target_rps: rate,
+            achieved_rps: achieved,
+            e2e_ms,
+            met,
+            reason,
+        });
+        met
+    }
+
+    fn measure(
+        &mut self,
+        rate: f64,
+        seconds: f64,
+        phase: &str,
+        keep: bool,
+    ) -> (bool, f64, f64, Option<String>) {
+        let e = &self.w.explore;
+        self.fleet.reset_measured();
+        let start = now_ns();
+        self.fleet.set_measure_window(start, u64::MAX);
+        self.fleet.set_rate(Some(rate));
+        let label = format!("{phase}@{rate:.0}");
+        self.ticker.keep_e2e = keep;
+        self.ticker.e2e_windows.clear();
+        let t0 = Instant::now();
+        self.ticker.run_for(seconds, &label);
+        self.fleet.set_measure_window(start, now_ns());
+        let elapsed = t0.elapsed().as_secs_f64();
+        self.ticker.keep_e2e = false;
+        self.fleet.set_rate(Some(0.0));
+        let fleet = self.fleet;
+        let caught_up = self.ticker.run_until(
+            Instant::now() + Duration::from_secs_f64(seconds.max(10.0)),
+            &format!("settle@{rate:.0}"),
+            || fleet.lag() <= 0 && all_delivered(fleet),
+        );
+        let m = self.fleet.measured();
+        let e2e_ms = stats::percentile_ms(&m.e2e, e.percentile);
+        let achieved = m.totals.acked_records as f64 / elapsed;
+        let (_, late, _) = self.fleet.producer_health();
+        let reason = if late as f64 > 0.01 * m.totals.sent_records as f64 {
+            Some("load generator fell behind its schedule".to_string())
+        } else if !caught_up {
+            Some("consumers did not catch up after the step".to_string())
+        } else if m.totals.failed_records > 0 {
+            Some(format!("{} records failed", m.totals.failed_records))
+        } else if achieved < 0.95 * rate {
+            Some(format!("acknowledged {achieved:.0}/s of {rate:.0}/s"))
+        } else if m.totals.consumed_records == 0 && self.w.consumers > 0 {
+            Some("nothing consumed".to_string())
+        } else if e2e_ms.is_nan() || e2e_ms > e.target_ms {
+            Some(format!(
+                "e2e p{} {e2e_ms:.1} ms > {} ms",
+                e.percentile, e.target_ms
+            ))
+        } else {
+            None
+        };
+        (reason.is_none(), achieved, e2e_ms, reason)
+    }
+
+    /// The sustain phase: passes when enough of its intervals meet the target.
+    fn sustain(&mut self, rate: f64) -> (bool, f64) {
+        let e = &self.w.explore;
+        let (whole_met, achieved, e2e_ms, reason) =
+            self.measure(rate, e.sustain_s, "sustain", true);
+        let per_chunk = ((e.sustain_interval_s / self.w.interval_s).round() as usize).max(1);
+        let mut chunks = 0usize;
+        let mut good = 0usize;
+        for group in self.ticker.e2e_windows.chunks(per_chunk) {
+            let mut merged = stats::latency_histogram();
+            for w in group {
+                let _ = merged.add(&w.e2e);
+            }
+            chunks += 1;
+            if !merged.is_empty() && stats::percentile_ms(&merged, e.percentile) <= e.target_ms {
+                good += 1;
+            }
+        }
+        self.ticker.e2e_windows.clear();
+        let fraction = if chunks > 0 {
+            good as f64 / chunks as f64
+        } else {
+            0.0
+        };
+        // Rate, delivery and catch-up must hold for the whole phase; latency per interval.
+        let latency_only = reason.as_deref().is_none_or(|r| r.starts_with("e2e"));
+        let met = latency_only && fraction >= e.pass_fraction;
+        let reason = if met {
+            None
+        } else if !latency_only {
+            reason
+        } else {
+            Some(format!(
+                "{good} of {chunks} intervals met the target ({:.0}% < {:.0}%)",
+                fraction * 100.0,
+                e.pass_fraction * 100.0
+            ))
+        };
+        let _ = whole_met;
+        self.steps.push(ExploreStep {
+            phase: "sustain".into(),
+            target_rps: rate,
+            achieved_rps: achieved,
+            e2e_ms,
+            met,
+            reason,
+        });
+        (met, fraction)
+    }
+}
+
+/// `drain`: build a backlog with producers only, then time consumers reading it.
+pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
+    let topics = topic_names(w, &ctx.run_id);
+    ctx.admin
+        .create_topics(&topics, w.partitions, w.replication_factor)?;
+    let outcome = (|| {
+        if w.consumers == 0 {
+            return Err("drain needs consumers >= 1".to_string());
+        }
+        let d = &w.drain;
+        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.clone(), &ctx.run_id, None);
+        fleet.start_producers()?;
+        fleet.set_measure_window(0, u64::MAX);
+        let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
+        let backlog_records = d.backlog.0.div_ceil(w.record_size as u64);
+        let fill_start = Instant::now();
+        let cpu0 = fleet.cpu_s();
+        fleet.set_rate(d.fill_rate.records_per_s(w.record_size));
+        let deadline = Instant::now() + Duration::from_secs_f64(d.timeout_s);
+        let filled = ticker.run_until(deadline, "fill", || fleet.acked() >= backlog_records);
+        if !filled {
+            return Err(format!(
+                "the backlog was not built within {} s",
+                d.timeout_s
+            ));
+        }
+        let live_rps = d.live_rate.records_per_s(w.record_size).unwrap_or(0.0);
+        fleet.set_rate(Some(live_rps));
+        // Everything already sent is part of the backlog: wait for its delivery reports.
+        let fleet_ref = &fleet;
+        ticker.run_until(Instant::now() + FLUSH_TIMEOUT, "fill", || {
+            live_rps > 0.0 || all_delivered(fleet_ref)
+        });
+        let fill_s = fill_start.elapsed().as_secs_f64();
+        let backlog = fleet.acked();
+        let backlog_bytes = backlog * w.record_size as u64;
+        drop(ticker);
+        let drain_start = Instant::now();
+        fleet.start_consumers(ConsumerMode::Assign, SETUP_TIMEOUT)?;
+        let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
+        let slack = (live_rps * 1.0) as i64 + 1;
+        let deadline = Instant::now() + Duration::from_secs_f64(d.timeout_s);
+        let fleet_ref = &fleet;
+        let drained = ticker.run_until(deadline, "drain", || {
+            fleet_ref.consumed_slowest() >= backlog && fleet_ref.lag() < slack
+        });
+        let drain_s = drain_start.elapsed().as_secs_f64();
+        let mut intervals = std::mem::take(&mut ticker.intervals);
+        drop(ticker);
+        if !drained {
+            return Err(format!(
+                "the consumers did not drain the backlog within {} s",
+                d.timeout_s
+            ));
+        }
+        let consumed = fleet.consumed_slowest();
+        let mut result = blank(repeat, &topics, None);
+        fill_measured(
+            &mut result,
+            &fleet,
+            w,
+            fill_s + drain_s,
+            fleet.cpu_s() - cpu0,
+        );
+        // The rate fields describe the phases, not the whole time: produce = fill, consume = drain.
+        result.produce_rps = backlog as f64 / fill_s;
+        result.produce_mbps = backlog_bytes as f64 / fill_s / 1e6;
+        result.consume_rps = consumed as f64 / drain_s;
+        result.consume_mbps = consumed as f64 * w.record_size as f64 / drain_s / 1e6;
+        // "max" fill is closed loop; its schedule lag says nothing about the generator.
+        result.generator_saturated &= !matches!(d.fill_rate, Rate::Max);
+        let mut all = std::mem::take(&mut result.intervals);
+        all.append(&mut intervals);
+        result.intervals = all;
+        result.drain = Some(DrainResult {
+            backlog_bytes,
+            backlog_records: backlog,
+            fill_s,
+            drain_s,
+            drain_rps: result.consume_rps,
+            drain_mbps: result.consume_mbps,
+            live_producer_rps: live_rps,
+        });
+        fleet.stop_producers(FLUSH_TIMEOUT);
+        fleet.stop_consumers();
+        Ok(result)
+    })();
+    let _ = ctx.admin.delete_topics(&topics);
+    outcome
+}
+
+/// `correctness`: every record checked; the broker optionally SIGKILLed and restarted.
+pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
+    let c = &w.correctness;
+    if c.kills > 0 && ctx.broker.is_none() {
+        return Err(
+            "correctness with kills needs a broker the benchmark starts itself: pass --broker-cmd"
+                .into(),
+        );
+    }
+    let topics = topic_names(w, &ctx.run_id);
+    ctx.admin
+        .create_topics(&topics, w.partitions, w.replication_factor)?;
+    let checker = Arc::new(Mutex::new(Checker::new(!w.idempotence)));
+    let mut fleet = Fleet::new(
+        w,
+        ctx.bootstrap,
+        topics.clone(),
+        &ctx.run_id,
+        Some(checker.clone()),
+    );
+    let outcome = (|| {
+        fleet.start_consumers(ConsumerMode::Assign, SETUP_TIMEOUT)?;
+        fleet.start_producers()?;
+        fleet.set_measure_window(0, u64::MAX);
+        let target = w.target_rps();
+        let mut result = blank(repeat, &topics, target);
+        let cpu0 = fleet.cpu_s();
+        let started = Instant::now();
+        fleet.set_rate(target);
+        let mut intervals = Vec::new();
+        let slice = w.duration_s / f64::from(c.kills + 1);
+        let mut kills = 0;
+        for k in 0..=c.kills {
+            let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
+            ticker.run_for(slice, "measure");
+            intervals.append(&mut ticker.intervals);
+            if k < c.kills {
+                let broker = ctx.broker.as_deref_mut().expect("checked above");
+                if !ctx.quiet {
+                    eprintln!(
+                        "[{}] SIGKILL broker (pid {})",
+                        ctx.tag,
+                        broker.pid().unwrap_or(0)
+                    );
+                }
+                broker.kill()?;
+                kills += 1;
+                std::thread::sleep(Duration::from_secs_f64(c.restart_delay_s));
+                broker.start()?;
+                if !ctx.quiet {
+                    eprintln!(
+                        "[{}] broker restarted (pid {})",
+                        ctx.tag,
+                        broker.pid().unwrap_or(0)
+                    );
+                }
+            }
+        }
+        let measured_s = started.elapsed().as_secs_f64();
+        fleet.set_rate(Some(0.0));
+        fleet.stop_producers(Duration::from_secs_f64(c.settle_timeout_s));
+        // Read everything up to the high watermarks, then until the stream is quiet.
+        let mut high = 0i64;
+        for topic in &topics {
+            high += ctx
+                .admin
+                .high_watermarks(topic, w.partitions)?
+                .iter()
+                .sum::<i64>();
+        }
+        let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
+        let deadline = Instant::now() + Duration::from_secs_f64(c.settle_timeout_s);
+        let fleet_ref = &fleet;
+        let read_all = ticker.run_until(deadline, "verify", || {
+            fleet_ref.consumed_slowest() as i64 >= high
+        });
+        let mut last = fleet.consumed_slowest();
+        let mut quiet_since = Instant::now();
+        ticker.run_until(deadline, "verify", || {
+            let now = fleet_ref.consumed_slowest();
+            if now != last {
+                last = now;
+                quiet_since = Instant::now();
+            }
+            quiet_since.elapsed() > Duration::from_secs(3)
+        });
+        intervals.append(&mut ticker.intervals);
+        drop(ticker);
+        fleet.stop_consumers();
+        fill_measured(&mut result, &fleet, w, measured_s, fleet.cpu_s() - cpu0);
+        result.intervals = intervals;
+        let mut report = checker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .report(kills);
+        if !read_all {
+            report.passed = false;
+            report.examples.push(format!(
+                "read back {} records, fewer than the {high} below the high watermarks, within {} s",
+                fleet.consumed_slowest(),
+                c.settle_timeout_s
+            ));
+        }
+        result.correctness = Some(report);
+        Ok(result)
+    })();
+    drop(fleet);
+    let _ = ctx.admin.delete_topics(&topics);
+    outcome
+}

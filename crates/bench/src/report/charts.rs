@@ -1,0 +1,179 @@
+//! The charts of the reports, built from result data: throughput and latency per interval over
+//! time (warm-up shaded), and latency distributions on the percentile scale. One colour per
+//! quantity, one dash pattern per repeat; `compare` reuses the series builders with one colour
+//! per campaign instead.
+
+use super::svg::{self, Band, Chart, Series, XScale};
+use crate::result::{Interval, Latency, PointResult, RunResult};
+
+/// A per-interval value, `None` where the interval measured nothing.
+type Pick = fn(&Interval) -> Option<f64>;
+
+/// Acknowledged and consumed records/s per interval, every repeat.
+pub(crate) fn throughput(p: &PointResult) -> Chart {
+    let lines: [(&str, usize, Pick); 2] = [
+        ("acked", 0, |i| Some(i.acked_rps)),
+        ("consumed", 1, |i| Some(i.consumed_rps)),
+    ];
+    let consumed = |r: &RunResult| r.intervals.iter().any(|i| i.consumed_rps > 0.0);
+    let mut series = Vec::new();
+    for (k, r) in p.repeats.iter().enumerate() {
+        for (name, color, pick) in lines {
+            // Without consumers the consumed line would be a flat zero.
+            if name == "acked" || consumed(r) {
+                let name = repeat_name(name, r, p.repeats.len());
+                series.push(interval_series(
+                    name,
+                    &r.intervals,
+                    svg::color(color),
+                    svg::dash(k),
+                    pick,
+                ));
+            }
+        }
+    }
+    Chart {
+        title: format!("{} · throughput", p.label),
+        x_label: "time since start (s)".to_owned(),
+        y_label: "records/s".to_owned(),
+        x_scale: XScale::Linear,
+        series,
+        bands: phase_bands(p),
+    }
+}
+
+/// e2e p50/p99/max and ack p99 per interval (ms), every repeat; gaps where an interval had no
+/// samples (its latency fields are then zeros, not measurements).
+pub(crate) fn latency(p: &PointResult) -> Chart {
+    let lines: [(&str, usize, Pick); 4] = [
+        ("e2e p50", 2, |i| (i.e2e.count > 0).then_some(i.e2e.p50_ms)),
+        ("e2e p99", 1, |i| (i.e2e.count > 0).then_some(i.e2e.p99_ms)),
+        ("e2e max", 3, |i| (i.e2e.count > 0).then_some(i.e2e.max_ms)),
+        ("ack p99", 0, |i| (i.ack.count > 0).then_some(i.ack.p99_ms)),
+    ];
+    let mut series = Vec::new();
+    for (k, r) in p.repeats.iter().enumerate() {
+        for (name, color, pick) in lines {
+            if r.intervals.iter().any(|i| pick(i).is_some()) {
+                let name = repeat_name(name, r, p.repeats.len());
+                series.push(interval_series(
+                    name,
+                    &r.intervals,
+                    svg::color(color),
+                    svg::dash(k),
+                    pick,
+                ));
+            }
+        }
+    }
+    Chart {
+        title: format!("{} · latency per interval", p.label),
+        x_label: "time since start (s)".to_owned(),
+        y_label: "ms".to_owned(),
+        x_scale: XScale::Linear,
+        series,
+        bands: phase_bands(p),
+    }
+}
+
+/// The ack and e2e latency distributions of the measured part, every repeat.
+pub(crate) fn distribution(p: &PointResult) -> Chart {
+    let n = p.repeats.len();
+    let mut series = Vec::new();
+    for (k, r) in p.repeats.iter().enumerate() {
+        let dash = svg::dash(k);
+        series.extend(distribution_series(
+            repeat_name("ack", r, n),
+            &r.ack_latency,
+            svg::color(0),
+            dash,
+        ));
+        series.extend(distribution_series(
+            repeat_name("e2e", r, n),
+            &r.e2e_latency,
+            svg::color(1),
+            dash,
+        ));
+    }
+    Chart {
+        title: format!("{} · latency distribution (measured part)", p.label),
+        x_label: "percentile".to_owned(),
+        y_label: "ms".to_owned(),
+        x_scale: XScale::Percentile,
+        series,
+        bands: Vec::new(),
+    }
+}
+
+/// `(t_s, value)` per interval, with a gap (NaN) where `pick` gives `None`.
+pub(crate) fn interval_series(
+    name: String,
+    intervals: &[Interval],
+    color: &'static str,
+    dash: &'static str,
+    pick: impl Fn(&Interval) -> Option<f64>,
+) -> Series {
+    let points = intervals
+        .iter()
+        .map(|i| (i.t_s, pick(i).unwrap_or(f64::NAN)))
+        .collect();
+    Series {
+        name,
+        points,
+        color,
+        dash,
+    }
+}
+
+/// The latency distribution as a series on the percentile axis, or `None` if nothing measured.
+pub(crate) fn distribution_series(
+    name: String,
+    latency: &Latency,
+    color: &'static str,
+    dash: &'static str,
+) -> Option<Series> {
+    (latency.count > 0 && !latency.distribution.is_empty()).then(|| Series {
+        name,
+        points: latency
+            .distribution
+            .iter()
+            .map(|[p, ms]| (*p, *ms))
+            .collect(),
+        color,
+        dash,
+    })
+}
+
+/// Series name for repeat `r` of a point with `n` repeats: no suffix when there is one.
+fn repeat_name(base: &str, r: &RunResult, n: usize) -> String {
+    if n > 1 {
+        format!("{base} r{}", r.repeat)
+    } else {
+        base.to_owned()
+    }
+}
+
+/// Shaded spans of the warm-up (and drain-mode fill) phases of the first repeat with intervals;
+/// repeats share their schedule, so one set of bands fits all. Interval `i` covers the time from
+/// the previous interval's end (or 0) to its own `t_s`.
+fn phase_bands(p: &PointResult) -> Vec<Band> {
+    let Some(r) = p.repeats.iter().find(|r| !r.intervals.is_empty()) else {
+        return Vec::new();
+    };
+    let mut bands: Vec<Band> = Vec::new();
+    let mut previous_end = 0.0;
+    for i in r.intervals.iter().filter(|i| i.t_s.is_finite()) {
+        if matches!(i.phase.as_str(), "warmup" | "fill") {
+            match bands.last_mut() {
+                Some(b) if b.label == i.phase && b.to == previous_end => b.to = i.t_s,
+                _ => bands.push(Band {
+                    from: previous_end,
+                    to: i.t_s,
+                    label: i.phase.clone(),
+                }),
+            }
+        }
+        previous_end = i.t_s;
+    }
+    bands
+}

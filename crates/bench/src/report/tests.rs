@@ -1,0 +1,505 @@
+//! Tests of the report module as a whole: files written and read back, CSV shape, HTML safety
+//! and content, compare, and degenerate data.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+
+use super::*;
+use crate::result::*;
+
+const NASTY_LABEL: &str = "record_size=100 <script>&\"";
+const WARNING: &str = "produce_rps varies 14% across repeats of p0";
+
+/// Every number in the fixture has a short decimal form (no `1.1 * 17 = 18.700000000000003`):
+/// see `floats_round_trip_exactly`.
+fn latency(scale: f64) -> Latency {
+    let distribution = [0.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0]
+        .iter()
+        .enumerate()
+        .map(|(k, p)| [*p, scale * (1.0 + k as f64 * k as f64)])
+        .collect();
+    Latency {
+        count: 10_000,
+        min_ms: scale * 0.5,
+        mean_ms: scale * 1.5,
+        p50_ms: scale * 2.0,
+        p75_ms: scale * 5.0,
+        p90_ms: scale * 10.0,
+        p95_ms: scale * 12.0,
+        p99_ms: scale * 17.0,
+        p99_9_ms: scale * 26.0,
+        p99_99_ms: scale * 37.0,
+        max_ms: scale * 50.0,
+        distribution,
+    }
+}
+
+fn intervals(rate: f64) -> Vec<Interval> {
+    (1..=8)
+        .map(|t| {
+            let brief = BriefLatency {
+                count: 1000,
+                p50_ms: 2.0,
+                p99_ms: 9.0 + t as f64,
+                p99_9_ms: 20.0,
+                max_ms: 30.0,
+            };
+            Interval {
+                t_s: t as f64,
+                phase: if t <= 2 { "warmup" } else { "measure" }.to_owned(),
+                sent_rps: rate,
+                acked_rps: rate - t as f64 * 10.0,
+                acked_mbps: rate / 10_000.0,
+                consumed_rps: rate * 97.0 / 100.0,
+                consumed_mbps: rate / 12_500.0,
+                ack: brief,
+                e2e: BriefLatency {
+                    p99_ms: brief.p99_ms * 2.0,
+                    ..brief
+                },
+                lag_records: 40 - t,
+            }
+        })
+        .collect()
+}
+
+fn run(repeat: u32, rate: f64) -> RunResult {
+    RunResult {
+        repeat,
+        topics: vec![format!("bench-{repeat}")],
+        target_rps: Some(rate),
+        measured_s: 6.0,
+        totals: Totals {
+            sent_records: 60_000,
+            sent_bytes: 6_000_000,
+            acked_records: 60_000,
+            acked_bytes: 6_000_000,
+            failed_records: 0,
+            consumed_records: 59_000,
+            consumed_bytes: 5_900_000,
+        },
+        produce_rps: rate + f64::from(repeat) * rate / 100.0,
+        produce_mbps: rate / 10_000.0,
+        consume_rps: rate * 99.0 / 100.0,
+        consume_mbps: rate / 12_500.0,
+        ack_latency: latency(1.0 + f64::from(repeat) * 0.25),
+        e2e_latency: latency(2.0 + f64::from(repeat) * 0.25),
+        generator_saturated: false,
+        max_send_lag_ms: 1.5,
+        backpressure_fraction: 0.01,
+        generator_cpu_s: 3.2,
+        intervals: intervals(rate),
+        explore: None,
+        drain: None,
+        correctness: None,
+    }
+}
+
+fn explore() -> ExploreResult {
+    let step = |phase: &str, target: f64, met: bool| ExploreStep {
+        phase: phase.to_owned(),
+        target_rps: target,
+        achieved_rps: target * 99.0 / 100.0,
+        e2e_ms: if met { 8.0 } else { 120.0 },
+        met,
+        reason: (!met).then(|| "latency <above> target".to_owned()),
+    };
+    ExploreResult {
+        percentile: 99.0,
+        target_ms: 50.0,
+        steps: vec![
+            step("ramp", 10_000.0, true),
+            step("ramp", 20_000.0, false),
+            step("sustain", 15_000.0, true),
+        ],
+        sustained_rps: Some(15_000.0),
+        sustained_mbps: Some(1.5),
+        sustain_pass_fraction: Some(0.97),
+        passed: true,
+    }
+}
+
+fn correctness(passed: bool) -> CorrectnessReport {
+    let partition = |p: i32, lost: u64| PartitionCheck {
+        topic: "bench-0".to_owned(),
+        partition: p,
+        acked: 1000,
+        seen: 1000 - lost,
+        lost,
+        ..PartitionCheck::default()
+    };
+    CorrectnessReport {
+        kills: 3,
+        acked: 2000,
+        seen: 2000 - u64::from(!passed),
+        lost: u64::from(!passed),
+        partitions: vec![partition(0, 0), partition(1, u64::from(!passed))],
+        examples: if passed {
+            vec![]
+        } else {
+            vec!["lost bench-0/1 seq 17 <x>".to_owned()]
+        },
+        passed,
+        ..CorrectnessReport::default()
+    }
+}
+
+/// A campaign with every struct filled: two points of two repeats, explore, drain and
+/// correctness results on some repeats, one saturated repeat, a hostile label, a warning.
+fn campaign(broker_label: &str, rate: f64) -> Campaign {
+    let mut r00 = run(0, rate);
+    r00.explore = Some(explore());
+    let mut r01 = run(1, rate);
+    r01.drain = Some(DrainResult {
+        backlog_bytes: 100_000_000,
+        backlog_records: 1_000_000,
+        fill_s: 12.0,
+        drain_s: 4.5,
+        drain_rps: 222_222.0,
+        drain_mbps: 22.2,
+        live_producer_rps: 0.0,
+    });
+    r01.correctness = Some(correctness(false));
+    r01.generator_saturated = true;
+    let mut r10 = run(0, rate * 2.0);
+    r10.correctness = Some(correctness(true));
+    let r11 = run(1, rate * 21.0 / 10.0);
+
+    let mut spread = BTreeMap::new();
+    spread.insert(
+        "produce_rps".to_owned(),
+        Spread {
+            n: 2,
+            min: rate,
+            median: rate * 201.0 / 200.0,
+            max: rate * 101.0 / 100.0,
+            mean: rate * 201.0 / 200.0,
+            cv: 0.007,
+        },
+    );
+    let point = |id: &str, label: &str, size: u64, repeats: Vec<RunResult>, spread| PointResult {
+        id: id.to_owned(),
+        label: label.to_owned(),
+        params: BTreeMap::from([("record_size".to_owned(), serde_json::json!(size))]),
+        workload: serde_json::json!({ "name": "t", "record_size": size, "note": "</pre>" }),
+        repeats,
+        spread,
+    };
+    Campaign {
+        format: FORMAT_VERSION,
+        mode: "run".to_owned(),
+        name: "throughput-vs-size".to_owned(),
+        started_at: "2025-01-02T03:04:05Z".to_owned(),
+        finished_at: "2025-01-02T03:14:05Z".to_owned(),
+        bootstrap: "127.0.0.1:9092".to_owned(),
+        client: ClientInfo {
+            name: "librdkafka 2.12.1 (rdkafka crate 0.38)".to_owned(),
+            producer_config: BTreeMap::from([("acks".to_owned(), "all".to_owned())]),
+            consumer_config: BTreeMap::new(),
+        },
+        broker: BrokerInfo {
+            label: broker_label.to_owned(),
+            version: "1.2.3".to_owned(),
+            api_versions: vec!["0:0-11".to_owned(), "1:4-17".to_owned()],
+        },
+        sluice_version: "0.1.0".to_owned(),
+        git_commit: "abc1234".to_owned(),
+        machine: Machine {
+            hostname: "bench-host".to_owned(),
+            cpu_model: "AMD EPYC 7B13".to_owned(),
+            nproc: 16,
+            memory_bytes: 64 << 30,
+            cpu_governor: Some("performance".to_owned()),
+            cpu_mhz: Some(3500.0),
+            kernel: "6.8.0".to_owned(),
+            os: "Ubuntu 24.04".to_owned(),
+        },
+        workload_file: "workload.toml".to_owned(),
+        dimensions: vec!["record_size".to_owned()],
+        points: vec![
+            point("p0", NASTY_LABEL, 100, vec![r00, r01], spread),
+            point(
+                "p1",
+                "record_size=1000",
+                1000,
+                vec![r10, r11],
+                BTreeMap::new(),
+            ),
+        ],
+        warnings: vec![WARNING.to_owned()],
+    }
+}
+
+fn read(path: PathBuf) -> String {
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn campaign_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("new").join("campaign");
+    let original = campaign("sluice", 10_000.0);
+    fs::create_dir_all(&target).unwrap();
+    fs::write(target.join("keep.txt"), "mine").unwrap();
+    write_campaign(&target, &original).unwrap();
+
+    assert_eq!(read_campaign(&target).unwrap(), original);
+    let p1: PointResult = serde_json::from_str(&read(target.join("points/p1.json"))).unwrap();
+    assert_eq!(p1, original.points[1]);
+    assert_eq!(read(target.join("keep.txt")), "mine");
+}
+
+/// Without serde_json's `float_roundtrip` feature its parser may land one ulp off for numbers
+/// that need 17 significant digits, so `campaign.json` would not read back bit-exact.
+#[test]
+fn floats_round_trip_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = campaign("sluice", 10_000.0);
+    c.points[0].repeats[0].consume_mbps = 20_000.0 / 10_100.0;
+    write_campaign(dir.path(), &c).unwrap();
+    assert_eq!(read_campaign(dir.path()).unwrap(), c);
+}
+
+#[test]
+fn csv_files_have_expected_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    write_campaign(dir.path(), &campaign("sluice", 10_000.0)).unwrap();
+
+    let results = read(dir.path().join(RESULTS_CSV));
+    let lines: Vec<&str> = results.lines().collect();
+    assert_eq!(
+        lines[0],
+        "point_id,label,record_size,repeat,target_rps,produce_rps,produce_mbps,consume_rps,\
+         consume_mbps,ack_p50_ms,ack_p99_ms,ack_p99_9_ms,ack_max_ms,e2e_p50_ms,e2e_p99_ms,\
+         e2e_p99_9_ms,e2e_p99_99_ms,e2e_max_ms,generator_saturated,sustained_rps,drain_s,lost,\
+         duplicated,out_of_order,corrupted"
+    );
+    assert_eq!(lines.len(), 1 + 4, "{results}");
+    assert!(
+        lines[1].starts_with("p0,\"record_size=100 <script>&\"\"\",100,0,10000,"),
+        "{}",
+        lines[1]
+    );
+    // Explore on repeat 0 only, drain and a failed check on repeat 1.
+    assert!(lines[1].ends_with(",false,15000,,,,,"), "{}", lines[1]);
+    assert!(lines[2].ends_with(",true,,4.5,1,0,0,0"), "{}", lines[2]);
+
+    let intervals = read(dir.path().join(INTERVALS_CSV));
+    let header = intervals.lines().next().unwrap();
+    assert!(
+        header.starts_with("point_id,label,repeat,t_s,phase,sent_rps,acked_rps"),
+        "{header}"
+    );
+    assert_eq!(header.split(',').count(), 21);
+    assert_eq!(intervals.lines().count(), 1 + 4 * 8);
+}
+
+#[test]
+fn html_report_is_safe_and_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    write_campaign(dir.path(), &campaign("sluice", 10_000.0)).unwrap();
+    let html = read(dir.path().join(REPORT_HTML));
+
+    assert!(html.contains("<svg"));
+    assert!(html.contains("record_size=100 &lt;script&gt;&amp;&quot;"));
+    assert!(
+        !html.to_lowercase().contains("<script"),
+        "raw script tag in report"
+    );
+    assert!(!html.contains("</pre>\""), "workload JSON not escaped");
+    assert!(html.contains("class=\"warn\"") && html.contains(WARNING));
+    assert!(html.contains("SATURATED"));
+    for part in [
+        "Explore, repeat 0",
+        "Drain",
+        "Correctness, repeat 1",
+        "FAILED",
+        "PASSED",
+        "max</text>",
+    ] {
+        assert!(html.contains(part), "missing {part}");
+    }
+    assert!(
+        html.contains("AMD EPYC 7B13") && html.contains("64.0 GiB") && html.contains("abc1234")
+    );
+    assert!(html.contains("warmup"), "warm-up band missing");
+    // No external resources: the only URL is the SVG namespace.
+    assert!(!html.contains("src=") && !html.contains("href=\"http") && !html.contains("@import"));
+}
+
+#[test]
+fn compare_two_campaigns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, out) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("out"),
+    );
+    write_campaign(&a, &campaign("sluice", 20_000.0)).unwrap();
+    write_campaign(&b, &campaign("kafka-4.3.1", 10_000.0)).unwrap();
+
+    let table = compare(&[a.clone(), b.clone()], &out).unwrap();
+    assert!(
+        table.contains("sluice") && table.contains("kafka-4.3.1"),
+        "{table}"
+    );
+    assert!(
+        table.contains(NASTY_LABEL) && table.contains("record_size=1000"),
+        "{table}"
+    );
+    assert!(
+        table.contains("×0.50"),
+        "ratio of produce rates missing:\n{table}"
+    );
+
+    let html = read(out.join(COMPARE_HTML));
+    assert!(html.contains("sluice") && html.contains("kafka-4.3.1") && html.contains("<svg"));
+    assert!(!html.to_lowercase().contains("<script"));
+    let csv = read(out.join(COMPARE_CSV));
+    assert!(csv.starts_with(
+        "label,metric,sluice median,sluice min,sluice max,sluice cv,kafka-4.3.1 median"
+    ));
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("record_size=1000,produce_rps,")),
+        "{csv}"
+    );
+
+    // The same broker twice gets told apart.
+    let same = compare(&[a.clone(), a], &dir.path().join("out2")).unwrap();
+    assert!(
+        same.contains("sluice #1") && same.contains("sluice #2"),
+        "{same}"
+    );
+}
+
+#[test]
+fn compare_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    write_campaign(&a, &campaign("sluice", 1.0)).unwrap();
+    let out = dir.path().join("out");
+
+    let one = compare(std::slice::from_ref(&a), &out).unwrap_err();
+    assert!(
+        matches!(one, ReportError::TooFewCampaigns { given: 1 }),
+        "{one}"
+    );
+    let empty = dir.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let missing = compare(&[a, empty.clone()], &out).unwrap_err();
+    assert!(
+        matches!(&missing, ReportError::NoCampaign { dir } if *dir == empty),
+        "{missing}"
+    );
+    assert!(missing.to_string().contains("campaign.json"));
+    assert!(!out.exists(), "nothing written on error");
+}
+
+#[test]
+fn newer_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut newer = campaign("sluice", 1.0);
+    newer.format = FORMAT_VERSION + 1;
+    write_campaign(dir.path(), &newer).unwrap();
+    let err = read_campaign(dir.path()).unwrap_err();
+    assert!(matches!(err, ReportError::FormatTooNew { found, .. } if found == FORMAT_VERSION + 1));
+    assert!(err.to_string().contains("newer sluice"), "{err}");
+
+    fs::write(
+        dir.path().join(CAMPAIGN_FILE),
+        "{\"format\": 1, \"mode\": 3}",
+    )
+    .unwrap();
+    let err = read_campaign(dir.path()).unwrap_err();
+    assert!(
+        matches!(err, ReportError::Parse { .. }) && err.to_string().contains("campaign.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_point_id_is_refused_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = campaign("sluice", 1.0);
+    c.points[1].id = "../escape".to_owned();
+    let target = dir.path().join("c");
+    assert!(matches!(
+        write_campaign(&target, &c),
+        Err(ReportError::BadPointId { .. })
+    ));
+    assert!(!target.exists());
+}
+
+#[test]
+fn empty_and_nan_data_still_render() {
+    let mut c = campaign("sluice", 1000.0);
+    c.warnings.clear();
+    for r in c.points.iter_mut().flat_map(|p| &mut p.repeats) {
+        r.intervals.clear();
+        r.ack_latency = Latency {
+            count: 5,
+            p99_ms: f64::NAN,
+            distribution: vec![[50.0, f64::NAN]],
+            ..latency(1.0)
+        };
+        r.e2e_latency = Latency::default();
+        r.produce_rps = f64::INFINITY;
+        r.explore = None;
+    }
+    c.points[1].spread.insert(
+        "produce_rps".to_owned(),
+        Spread {
+            n: 1,
+            min: f64::NAN,
+            median: f64::NAN,
+            max: f64::NAN,
+            mean: f64::NAN,
+            cv: f64::NAN,
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_campaign(dir.path(), &c).unwrap();
+    let html = read(dir.path().join(REPORT_HTML));
+    assert!(html.contains("no data"));
+    assert!(
+        !html.contains("NaN") && !html.contains("inf"),
+        "non-finite number in the page"
+    );
+    let summary = summary_text(&c);
+    assert!(
+        summary.contains("n/a") || summary.contains('-'),
+        "{summary}"
+    );
+
+    let nothing = Campaign {
+        points: Vec::new(),
+        ..c
+    };
+    write_campaign(&dir.path().join("empty"), &nothing).unwrap();
+    assert!(read(dir.path().join("empty").join(REPORT_HTML)).contains("no test points"));
+    assert!(summary_text(&nothing).contains("0 point(s)"));
+}
+
+#[test]
+fn summary_shows_spread_and_warnings() {
+    let summary = summary_text(&campaign("sluice", 10_000.0));
+    let p0 = summary
+        .lines()
+        .find(|l| l.starts_with("p0 "))
+        .expect(&summary);
+    assert!(
+        p0.contains(NASTY_LABEL) && p0.contains("10.1k"),
+        "{summary}"
+    );
+    // p1 has no runner spread: computed from repeats (20k and 21k).
+    let p1 = summary
+        .lines()
+        .find(|l| l.starts_with("p1 "))
+        .expect(&summary);
+    assert!(p1.contains("20.6k [20.0k–21.2k]"), "{summary}");
+    assert!(summary.contains(&format!("WARNING: {WARNING}")));
+    assert!(summary.contains("p0 repeat 1: load generator saturated"));
+    assert!(summary.contains("correctness FAILED"));
+}

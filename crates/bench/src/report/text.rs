@@ -1,0 +1,201 @@
+//! Plain text for the terminal: the end-of-run summary of one campaign, the table type
+//! `compare` prints with, and the one-line descriptions (notes, machine) the pages share.
+
+use std::fmt::Write as _;
+
+use super::metrics::{self, Metric, fmt_num, fmt_spread};
+use crate::result::{Campaign, Machine, PointResult};
+
+/// Headline numbers the terminal summary shows (when present), fewer than the HTML report so
+/// that a line fits a wide terminal.
+const SUMMARY_KEYS: &[&str] = &[
+    "produce_rps",
+    "produce_mbps",
+    "consume_mbps",
+    "ack_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p99_ms",
+    "e2e_max_ms",
+    "sustained_rps",
+    "drain_s",
+];
+
+/// Columns padded to their widest cell; the first `left` columns left-aligned (names), the rest
+/// right-aligned (numbers).
+#[derive(Debug)]
+pub(crate) struct TextTable {
+    left: usize,
+    rows: Vec<Vec<String>>,
+}
+
+impl TextTable {
+    pub(crate) fn new(left: usize, header: Vec<String>) -> TextTable {
+        TextTable {
+            left,
+            rows: vec![header],
+        }
+    }
+
+    pub(crate) fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+    }
+
+    pub(crate) fn render(&self) -> String {
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for (i, row) in self.rows.iter().enumerate() {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                let pad = widths[c] - cell.chars().count();
+                if c > 0 {
+                    line.push_str("  ");
+                }
+                if c < self.left {
+                    line.push_str(cell);
+                    line.extend(std::iter::repeat_n(' ', pad));
+                } else {
+                    line.extend(std::iter::repeat_n(' ', pad));
+                    line.push_str(cell);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+            if i == 0 {
+                let total = widths.iter().sum::<usize>() + 2 * columns.saturating_sub(1);
+                out.extend(std::iter::repeat_n('-', total));
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// See [`super::summary_text`].
+pub(crate) fn summary(campaign: &Campaign) -> String {
+    let points: Vec<&PointResult> = campaign.points.iter().collect();
+    let shown: Vec<&Metric> = metrics::present_metrics(&points)
+        .into_iter()
+        .filter(|m| SUMMARY_KEYS.contains(&m.key))
+        .collect();
+    let has_correctness = points
+        .iter()
+        .flat_map(|p| &p.repeats)
+        .any(|r| r.correctness.is_some());
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} ({}) against {} {} at {}: {} point(s)",
+        campaign.name,
+        campaign.mode,
+        campaign.broker.label,
+        campaign.broker.version,
+        campaign.bootstrap,
+        campaign.points.len()
+    );
+    let mut header = vec!["point".to_owned(), "label".to_owned(), "n".to_owned()];
+    header.extend(shown.iter().map(|m| m.title.to_owned()));
+    if has_correctness {
+        header.push("correctness".to_owned());
+    }
+    let mut table = TextTable::new(2, header);
+    for point in &points {
+        let mut row = vec![
+            point.id.clone(),
+            point.label.clone(),
+            point.repeats.len().to_string(),
+        ];
+        for metric in &shown {
+            row.push(
+                metrics::point_spread(point, metric)
+                    .map_or_else(|| "-".to_owned(), |s| fmt_spread(&s)),
+            );
+        }
+        if has_correctness {
+            let checked: Vec<bool> = point
+                .repeats
+                .iter()
+                .filter_map(|r| r.correctness.as_ref())
+                .map(|c| c.passed)
+                .collect();
+            let passed = checked.iter().filter(|p| **p).count();
+            let verdict = if passed == checked.len() {
+                "PASSED"
+            } else {
+                "FAILED"
+            };
+            row.push(format!("{verdict} {passed}/{}", checked.len()));
+        }
+        table.push(row);
+    }
+    out.push_str(&table.render());
+
+    for note in repeat_notes(campaign) {
+        let _ = writeln!(out, "{note}");
+    }
+    for warning in &campaign.warnings {
+        let _ = writeln!(out, "WARNING: {warning}");
+    }
+    out
+}
+
+/// Per-repeat findings worth a line of their own (saturated load generator, failed records,
+/// failed checks), next to the campaign's own `warnings`.
+pub(crate) fn repeat_notes(campaign: &Campaign) -> Vec<String> {
+    let mut notes = Vec::new();
+    for point in &campaign.points {
+        for r in &point.repeats {
+            let at = format!("{} repeat {}", point.id, r.repeat);
+            if r.generator_saturated {
+                notes.push(format!(
+                    "{at}: load generator saturated (max send lag {} ms): its numbers understate \
+                     the broker",
+                    fmt_num(r.max_send_lag_ms)
+                ));
+            }
+            if r.totals.failed_records > 0 {
+                notes.push(format!(
+                    "{at}: {} record(s) failed to produce",
+                    r.totals.failed_records
+                ));
+            }
+            if let Some(c) = r.correctness.as_ref().filter(|c| !c.passed) {
+                notes.push(format!(
+                    "{at}: correctness FAILED: {} lost, {} duplicated, {} out of order, {} corrupted",
+                    c.lost, c.duplicated, c.out_of_order, c.corrupted
+                ));
+            }
+            if let Some(e) = r.explore.as_ref().filter(|e| !e.passed) {
+                notes.push(format!(
+                    "{at}: explore found no rate meeting p{} <= {} ms",
+                    e.percentile, e.target_ms
+                ));
+            }
+        }
+    }
+    notes
+}
+
+/// Machine description in one line: cpu, cores, memory, governor, MHz, kernel, os.
+pub(crate) fn machine_text(m: &Machine) -> String {
+    let gib = m.memory_bytes as f64 / f64::from(1u32 << 30);
+    let mut out = format!("{} × {}, {gib:.1} GiB", m.nproc, m.cpu_model);
+    if let Some(governor) = &m.cpu_governor {
+        let _ = write!(out, ", governor {governor}");
+    }
+    if let Some(mhz) = m.cpu_mhz {
+        let _ = write!(out, ", {} MHz", fmt_num(mhz));
+    }
+    let _ = write!(out, "; {}; {} ({})", m.kernel, m.os, m.hostname);
+    out
+}

@@ -1,0 +1,278 @@
+//! What a campaign writes: the JSON schema of `campaign.json` (and, for one test point, the
+//! `points/<id>.json` files), shared by the runner that fills it and the reports that read it.
+//!
+//! Times are in milliseconds (`*_ms`) or seconds (`*_s`), rates in records per second (`*_rps`)
+//! or megabytes (10^6 bytes) per second (`*_mbps`). Every struct round-trips through serde so that
+//! `sluice bench compare` can read directories written by earlier runs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped when a field changes meaning; readers refuse newer formats.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One campaign: a workload file run in one mode against one cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Campaign {
+    pub format: u32,
+    /// `run`, `explore`, `drain` or `correctness`.
+    pub mode: String,
+    /// The workload's `name`.
+    pub name: String,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub finished_at: String,
+    /// The bootstrap address the load went to.
+    pub bootstrap: String,
+    pub client: ClientInfo,
+    pub broker: BrokerInfo,
+    /// The `sluice` build that ran the benchmark.
+    pub sluice_version: String,
+    pub git_commit: String,
+    pub machine: Machine,
+    /// File name (inside the campaign directory) of the workload file, copied as given.
+    pub workload_file: String,
+    /// Names of the workload fields given as lists, in file order.
+    pub dimensions: Vec<String>,
+    pub points: Vec<PointResult>,
+    /// Everything the run warned about (saturated load generator, high variance, ...).
+    pub warnings: Vec<String>,
+}
+
+/// The client that drove the load, and the settings every broker got.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClientInfo {
+    /// e.g. `librdkafka 2.12.1 (rdkafka crate 0.38)`.
+    pub name: String,
+    /// Producer settings common to every test point (before per-point overrides).
+    pub producer_config: BTreeMap<String, String>,
+    pub consumer_config: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BrokerInfo {
+    /// A label for reports, from `--broker-label` (e.g. `sluice`, `kafka-4.3.1`).
+    pub label: String,
+    /// The broker's version as far as it can be told (`--broker-version`, `--version` of a
+    /// broker the benchmark started, or `unknown`).
+    pub version: String,
+    /// API keys and version ranges the broker advertised, as `key:min-max` strings.
+    pub api_versions: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Machine {
+    pub hostname: String,
+    pub cpu_model: String,
+    pub nproc: u32,
+    pub memory_bytes: u64,
+    /// `scaling_governor` of cpu0 when the kernel exposes it.
+    pub cpu_governor: Option<String>,
+    /// `max` MHz of cpu0 when visible (cpufreq or /proc/cpuinfo).
+    pub cpu_mhz: Option<f64>,
+    pub kernel: String,
+    pub os: String,
+}
+
+/// One test point: one combination of dimension values, run `repeats` times.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PointResult {
+    /// `p0`, `p1`, ... in run order.
+    pub id: String,
+    /// Human-readable dimension values, e.g. `record_size=100 producer_rate=20MB/s`, or the
+    /// workload name when there are no dimensions.
+    pub label: String,
+    /// The dimension values of this point (field name -> value as written in the workload).
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// The whole effective workload of this point, after defaults.
+    pub workload: serde_json::Value,
+    pub repeats: Vec<RunResult>,
+    /// Spread of the headline numbers across repeats (keys such as `produce_rps`,
+    /// `e2e_p99_ms`, `drain_s`, `sustained_rps`).
+    pub spread: BTreeMap<String, Spread>,
+}
+
+/// min / median / max (and the relative standard deviation) of one number across repeats.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Spread {
+    pub n: u32,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// Sample standard deviation over mean (0 when n < 2).
+    pub cv: f64,
+}
+
+/// One repeat of one test point.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunResult {
+    pub repeat: u32,
+    /// The topics this repeat created (and deleted afterwards).
+    pub topics: Vec<String>,
+    /// Intended producer rate in records/s over all producers; `None` for "max".
+    pub target_rps: Option<f64>,
+    /// Length of the measured part (warm-up excluded), seconds.
+    pub measured_s: f64,
+    pub totals: Totals,
+    pub produce_rps: f64,
+    pub produce_mbps: f64,
+    pub consume_rps: f64,
+    pub consume_mbps: f64,
+    /// From each record's intended send time to its acknowledgement.
+    pub ack_latency: Latency,
+    /// From each record's intended send time to its arrival at a consumer.
+    pub e2e_latency: Latency,
+    /// The load generator could not send at the intended rate for reasons of its own (not
+    /// broker back-pressure); the numbers understate the broker.
+    pub generator_saturated: bool,
+    /// Largest lag of a producer behind its send schedule, ms.
+    pub max_send_lag_ms: f64,
+    /// Share of the measured time producers spent blocked on a full client queue (broker
+    /// back-pressure), 0..1.
+    pub backpressure_fraction: f64,
+    /// CPU seconds the benchmark process used during the measured part (user + system).
+    pub generator_cpu_s: f64,
+    /// Per reporting interval, warm-up included (its `phase` says which).
+    pub intervals: Vec<Interval>,
+    pub explore: Option<ExploreResult>,
+    pub drain: Option<DrainResult>,
+    pub correctness: Option<CorrectnessReport>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct Totals {
+    pub sent_records: u64,
+    pub sent_bytes: u64,
+    pub acked_records: u64,
+    pub acked_bytes: u64,
+    /// Delivery reports with an error (after the client's own retries).
+    pub failed_records: u64,
+    pub consumed_records: u64,
+    pub consumed_bytes: u64,
+}
+
+/// A latency distribution in milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Latency {
+    pub count: u64,
+    pub min_ms: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p75_ms: f64,
+    pub p90_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub p99_9_ms: f64,
+    pub p99_99_ms: f64,
+    pub max_ms: f64,
+    /// `[percentile, ms]` pairs for a distribution chart, percentile ascending (0..100),
+    /// denser towards the tail (e.g. 0, 10, ..., 90, 95, 99, 99.5, 99.9, ..., 100).
+    pub distribution: Vec<[f64; 2]>,
+}
+
+/// One reporting interval.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Interval {
+    /// End of the interval, seconds since the repeat started (warm-up included).
+    pub t_s: f64,
+    /// `warmup`, `measure`, `fill`, `drain`, or for explore e.g. `ramp@20000`, `search@15000`,
+    /// `sustain@15000`.
+    pub phase: String,
+    pub sent_rps: f64,
+    pub acked_rps: f64,
+    pub acked_mbps: f64,
+    pub consumed_rps: f64,
+    pub consumed_mbps: f64,
+    pub ack: BriefLatency,
+    pub e2e: BriefLatency,
+    /// Records acknowledged but not yet consumed (by the slowest group), at the interval's end.
+    pub lag_records: i64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct BriefLatency {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p99_9_ms: f64,
+    pub max_ms: f64,
+}
+
+/// The outcome of `explore`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExploreResult {
+    /// The latency percentile the target applies to (e.g. 99.0).
+    pub percentile: f64,
+    pub target_ms: f64,
+    pub steps: Vec<ExploreStep>,
+    /// The highest rate that passed its sustain phase, records/s.
+    pub sustained_rps: Option<f64>,
+    pub sustained_mbps: Option<f64>,
+    /// Share of sustain intervals that met the target in the passing sustain phase.
+    pub sustain_pass_fraction: Option<f64>,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExploreStep {
+    /// `ramp`, `search` or `sustain`.
+    pub phase: String,
+    pub target_rps: f64,
+    pub achieved_rps: f64,
+    /// e2e latency at the chosen percentile over the step, ms.
+    pub e2e_ms: f64,
+    pub met: bool,
+    /// Why it missed, when it did (latency, rate not reached, lag growing, generator saturated).
+    pub reason: Option<String>,
+}
+
+/// The outcome of `drain`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DrainResult {
+    pub backlog_bytes: u64,
+    pub backlog_records: u64,
+    /// Time to build the backlog (producers only), seconds.
+    pub fill_s: f64,
+    /// Time for the consumers to read the backlog (and catch up with any live producers).
+    pub drain_s: f64,
+    pub drain_rps: f64,
+    pub drain_mbps: f64,
+    /// Producer rate kept up while draining, records/s (0 when producers stopped).
+    pub live_producer_rps: f64,
+}
+
+/// The outcome of `correctness`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct CorrectnessReport {
+    /// SIGKILLs of the broker done during the run.
+    pub kills: u32,
+    pub acked: u64,
+    /// Distinct records read back (acknowledged or not).
+    pub seen: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub out_of_order: u64,
+    pub corrupted: u64,
+    /// Records read back that were never acknowledged (allowed: their ack was lost in a crash).
+    pub unacked_present: u64,
+    pub partitions: Vec<PartitionCheck>,
+    /// Up to a few examples of each kind of fault, for the report.
+    pub examples: Vec<String>,
+    /// No loss, no reordering, no corruption, and no duplicates when duplicates were not
+    /// allowed (non-idempotent producer).
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct PartitionCheck {
+    pub topic: String,
+    pub partition: i32,
+    pub acked: u64,
+    pub seen: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub out_of_order: u64,
+    pub corrupted: u64,
+}

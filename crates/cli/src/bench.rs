@@ -1,0 +1,138 @@
+//! `sluice bench run|explore|drain|correctness|compare`: the benchmark, against any
+//! Kafka-protocol cluster.
+
+// The CLI's output is its job: printing to stdout is intended here.
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::Subcommand;
+use sluice_bench::campaign::{self, Mode, Options};
+use sluice_bench::report;
+
+/// Benchmark a Kafka-protocol cluster (Sluice or Apache Kafka) with an open-loop load.
+///
+/// Load is driven by librdkafka (the `rdkafka` crate, built in), the same client and settings
+/// for every broker. Producers are open loop: each record carries its intended send time, and
+/// latency is measured from it, so a stalled broker is charged for the records it delayed
+/// (coordinated omission corrected). Produce (ack) and end-to-end latency are reported apart.
+///
+/// Examples:
+///   sluice bench run bench/workloads/fixed-rate.toml --bootstrap 127.0.0.1:9092
+///   sluice bench explore bench/workloads/explore.toml --broker-label kafka
+///   sluice bench drain bench/workloads/drain.toml
+///   sluice bench correctness bench/workloads/correctness.toml --bootstrap 127.0.0.1:19092 \
+///       --broker-cmd 'sluice serve --data-dir /tmp/bench-data --kafka-addr 127.0.0.1:19092 --http-addr off'
+///   sluice bench compare bench-results/fixed-rate-run-* --out bench-results/compare
+///
+/// Workload files are TOML; any top-level field given as a list is a dimension (one test point
+/// per value, each on fresh topics). See docs/bench.md for every field.
+///
+/// Each campaign writes a new directory under --out with campaign.json, points/*.json,
+/// results.csv, intervals.csv, report.html (self-contained, with charts) and the workload file.
+/// Progress goes to stderr once per interval; a summary table goes to stdout at the end.
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Produce at a fixed rate (or "max") for warm-up + duration; report throughput and
+    /// ack/e2e latency percentiles.
+    Run(RunArgs),
+    /// Find the highest rate whose e2e latency percentile meets a target: ramp by doubling,
+    /// binary-search to within 5%, then sustain (passes when >= 80% of sustain intervals meet
+    /// the target, else searches again below). Settings in the workload's [explore] table.
+    Explore(RunArgs),
+    /// Build a backlog of [drain] backlog bytes, then time the consumers reading it, optionally
+    /// while producers keep [drain] live_rate.
+    Drain(RunArgs),
+    /// Check every record (producer id, sequence, checksum): lost, duplicated, out-of-order and
+    /// corrupted, per partition. With [correctness] kills = N and --broker-cmd, SIGKILLs and
+    /// restarts that broker N times during the run. Exits non-zero when the check fails.
+    Correctness(RunArgs),
+    /// Put campaign directories side by side: writes compare.html and compare.csv, prints a table.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Workload file (TOML).
+    workload: PathBuf,
+    /// Bootstrap servers of the cluster under test.
+    #[arg(
+        long,
+        short = 'b',
+        default_value = "127.0.0.1:9092",
+        env = "SLUICE_BOOTSTRAP"
+    )]
+    bootstrap: String,
+    /// Parent directory of the campaign directories.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    /// Name of the broker under test in reports (e.g. sluice, kafka-4.3.1).
+    #[arg(long, default_value = "broker")]
+    broker_label: String,
+    /// Version of the broker under test, for the report (default: `--version` of the
+    /// --broker-cmd binary, else "unknown").
+    #[arg(long)]
+    broker_version: Option<String>,
+    /// Start this broker command before the run (run by `sh -c "exec ..."`, output to
+    /// broker.log in the campaign directory) and stop it after; `correctness` kills and restarts
+    /// it. It must listen on --bootstrap.
+    #[arg(long)]
+    broker_cmd: Option<String>,
+    /// Exit non-zero when the load generator could not keep its schedule.
+    #[arg(long)]
+    strict: bool,
+    /// No per-interval progress lines.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// Campaign directories (two or more), the first being the baseline of the ratios.
+    #[arg(required = true, num_args = 2..)]
+    dirs: Vec<PathBuf>,
+    /// Where to write compare.html and compare.csv.
+    #[arg(long, default_value = "bench-results/compare")]
+    out: PathBuf,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let (mode, a) = match args.command {
+        BenchCommand::Run(a) => (Mode::Run, a),
+        BenchCommand::Explore(a) => (Mode::Explore, a),
+        BenchCommand::Drain(a) => (Mode::Drain, a),
+        BenchCommand::Correctness(a) => (Mode::Correctness, a),
+        BenchCommand::Compare(c) => {
+            let table = report::compare(&c.dirs, &c.out)?;
+            println!("{table}");
+            println!("report: {}", c.out.join("compare.html").display());
+            return Ok(());
+        }
+    };
+    let options = Options {
+        workload_file: a.workload,
+        bootstrap: a.bootstrap,
+        out: a.out,
+        broker_label: a.broker_label,
+        broker_version: a.broker_version,
+        broker_cmd: a.broker_cmd,
+        strict: a.strict,
+        quiet: a.quiet,
+    };
+    let outcome = campaign::execute(mode, &options).map_err(anyhow::Error::msg)?;
+    println!("{}", report::summary_text(&outcome.campaign));
+    println!("results: {}", outcome.dir.display());
+    println!("report: {}", outcome.dir.join("report.html").display());
+    if !outcome.passed {
+        bail!("the benchmark's checks failed (see the warnings and report above)");
+    }
+    Ok(())
+}
