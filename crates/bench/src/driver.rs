@@ -137,6 +137,9 @@ fn lock(stats: &Mutex<ThreadStats>) -> MutexGuard<'_, ThreadStats> {
 /// means the load generator itself is behind.
 const LATE_NS: u64 = 20_000_000;
 
+/// Shortest sleep between sends: keeps a fast schedule from costing a wake-up per record.
+const MIN_SLEEP: Duration = Duration::from_micros(200);
+
 /// The librdkafka settings for a workload's producers, before its `producer_config` overrides.
 pub fn producer_settings(w: &Workload, bootstrap: &str) -> Vec<(String, String)> {
     let mut s: Vec<(String, String)> = vec![
@@ -718,7 +721,17 @@ impl ProducerJob {
             } else {
                 Duration::ZERO
             };
-            self.producer.poll(wait);
+            if wait >= Duration::from_millis(1) {
+                self.producer.poll(wait);
+            } else {
+                // librdkafka's poll timeout has millisecond granularity: a shorter wait would
+                // return at once and spin. Serve callbacks, then sleep; records that fall due
+                // meanwhile go out together, still stamped with their own intended times.
+                self.producer.poll(Duration::ZERO);
+                if !wait.is_zero() {
+                    std::thread::sleep(wait.max(MIN_SLEEP));
+                }
+            }
         }
         let timeout = Duration::from_millis(FLUSH_TIMEOUT_MS.load(Ordering::Relaxed));
         let _ = self.producer.flush(timeout);
