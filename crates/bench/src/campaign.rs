@@ -93,6 +93,7 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         None => None,
     };
     let admin = Admin::connect(&options.bootstrap)?;
+    let steal_before = machine::cpu_steal_ticks();
     let version = options
         .broker_version
         .clone()
@@ -187,6 +188,16 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         b.stop();
     }
     campaign.warnings = warnings(&campaign);
+    if let (Some(before), Some(after)) = (steal_before, machine::cpu_steal_ticks()) {
+        let share = machine::steal_share(before, after);
+        if share > 0.02 {
+            campaign.warnings.push(format!(
+                "the hypervisor took {:.0}% of this machine's CPU time during the campaign \
+                 (steal): latency tails and throughput are noisier than on a dedicated machine",
+                share * 100.0
+            ));
+        }
+    }
     if let Some(f) = &failure {
         campaign
             .warnings

@@ -52,6 +52,39 @@ pub fn git_commit() -> &'static str {
     env!("SLUICE_GIT_COMMIT")
 }
 
+/// Machine-wide CPU time counters from the first line of `/proc/stat`: (total, steal), in clock
+/// ticks. Steal is time the hypervisor gave this VM's CPUs to someone else; `None` off Linux.
+pub fn cpu_steal_ticks() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_steal(text.lines().next()?)
+}
+
+fn parse_steal(line: &str) -> Option<(u64, u64)> {
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
+    let values: Vec<u64> = fields
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    if values.len() < 8 {
+        return None;
+    }
+    Some((values.iter().sum(), values[7]))
+}
+
+/// Share of all CPU time stolen by the hypervisor between two [`cpu_steal_ticks`] readings.
+pub fn steal_share(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.0.saturating_sub(before.0);
+    if total == 0 {
+        0.0
+    } else {
+        after.1.saturating_sub(before.1) as f64 / total as f64
+    }
+}
+
 /// CPU seconds (user + system) this process has used so far, over all its threads; 0 if the
 /// kernel will not say.
 pub fn process_cpu_seconds() -> f64 {
@@ -256,5 +289,13 @@ mod tests {
         }
         let after = process_cpu_seconds();
         assert!(after > before, "{before} -> {after}");
+    }
+
+    #[test]
+    fn steal_comes_from_the_eighth_cpu_field() {
+        let line = "cpu  100 5 50 800 10 1 2 32 0 0";
+        assert_eq!(parse_steal(line), Some((1000, 32)));
+        assert_eq!(parse_steal("intr 1 2 3"), None);
+        assert_eq!(steal_share((1000, 32), (2000, 132)), 0.1);
     }
 }
