@@ -55,7 +55,7 @@ pub fn git_commit() -> &'static str {
 /// Machine-wide CPU time counters from the first line of `/proc/stat`: (total, steal), in clock
 /// ticks. Steal is time the hypervisor gave this VM's CPUs to someone else; `None` off Linux.
 pub fn cpu_steal_ticks() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let text = fs::read_to_string("/proc/stat").ok()?;
     parse_steal(text.lines().next()?)
 }
 

@@ -37,7 +37,11 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // librdkafka (inside `sluice bench`) logs every lost connection, which a
+                // correctness run with broker kills makes by the hundred; SLUICE_LOG shows them.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("info,rdkafka=off,librdkafka=off")
+                }),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
