@@ -516,6 +516,7 @@ impl Fleet {
             ack: stats::brief(&window.ack),
             e2e: stats::brief(&window.e2e),
             lag_records: self.lag(),
+            steal: 0.0,
         }
     }
 }

@@ -44,6 +44,8 @@ struct Ticker<'f> {
     e2e_windows: Vec<Window>,
     tag: String,
     quiet: bool,
+    /// `/proc/stat` (total, steal) ticks at the last tick.
+    steal_at: Option<(u64, u64)>,
 }
 
 impl<'f> Ticker<'f> {
@@ -57,6 +59,7 @@ impl<'f> Ticker<'f> {
             e2e_windows: Vec::new(),
             tag: tag.into(),
             quiet,
+            steal_at: crate::machine::cpu_steal_ticks(),
         }
     }
 
@@ -108,10 +111,15 @@ impl<'f> Ticker<'f> {
         let seconds = self.last.elapsed().as_secs_f64();
         self.last = Instant::now();
         let window = self.fleet.take_interval();
-        let interval = self.fleet.interval(&window, seconds, phase);
+        let mut interval = self.fleet.interval(&window, seconds, phase);
+        let steal_now = crate::machine::cpu_steal_ticks();
+        if let (Some(before), Some(after)) = (self.steal_at, steal_now) {
+            interval.steal = crate::machine::steal_share(before, after);
+        }
+        self.steal_at = steal_now;
         if !self.quiet {
             eprintln!(
-                "[{}] {:>7.1}s {:<16} sent {:>9.0}/s  acked {:>9.0}/s {:>7.1} MB/s  consumed {:>9.0}/s  ack p99 {:>7.2} ms  e2e p50 {:>7.2} p99 {:>7.2} ms  lag {}",
+                "[{}] {:>7.1}s {:<16} sent {:>9.0}/s  acked {:>9.0}/s {:>7.1} MB/s  consumed {:>9.0}/s  ack p99 {:>7.2} ms  e2e p50 {:>7.2} p99 {:>7.2} ms  lag {}  steal {:.0}%",
                 self.tag,
                 interval.t_s,
                 phase,
@@ -123,6 +131,7 @@ impl<'f> Ticker<'f> {
                 interval.e2e.p50_ms,
                 interval.e2e.p99_ms,
                 interval.lag_records,
+                interval.steal * 100.0,
             );
         }
         self.intervals.push(interval);

@@ -189,6 +189,10 @@ pub struct Interval {
     pub e2e: BriefLatency,
     /// Records acknowledged but not yet consumed (by the slowest group), at the interval's end.
     pub lag_records: i64,
+    /// Share of the machine's CPU time the hypervisor took during the interval (steal, 0..1;
+    /// 0 where the kernel does not say). High values explain latency spikes no broker caused.
+    #[serde(default)]
+    pub steal: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]

@@ -116,6 +116,7 @@ pub(crate) fn intervals(campaign: &Campaign) -> String {
         "e2e_p99_9_ms",
         "e2e_max_ms",
         "lag_records",
+        "steal",
     ];
     row(&mut out, header.map(|h| Cell::Text(h.to_owned())));
     for point in &campaign.points {
@@ -151,6 +152,7 @@ fn interval_cells(point: &PointResult, repeat: u32, i: &Interval) -> impl Iterat
         i.e2e.p99_9_ms.into(),
         i.e2e.max_ms.into(),
         Cell::Text(i.lag_records.to_string()),
+        i.steal.into(),
     ]
     .into_iter()
 }

@@ -59,6 +59,7 @@ fn intervals(rate: f64) -> Vec<Interval> {
                     ..brief
                 },
                 lag_records: 40 - t,
+                steal: 0.05,
             }
         })
         .collect()
@@ -291,7 +292,7 @@ fn csv_files_have_expected_shape() {
         header.starts_with("point_id,label,repeat,t_s,phase,sent_rps,acked_rps"),
         "{header}"
     );
-    assert_eq!(header.split(',').count(), 21);
+    assert_eq!(header.split(',').count(), 22);
     assert_eq!(intervals.lines().count(), 1 + 4 * 8);
 }
 
