@@ -119,7 +119,6 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         broker: BrokerInfo {
             label: options.broker_label.clone(),
             version,
-            api_versions: Vec::new(),
         },
         sluice_version: env!("CARGO_PKG_VERSION").into(),
         git_commit: machine::git_commit().into(),

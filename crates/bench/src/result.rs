@@ -57,8 +57,6 @@ pub struct BrokerInfo {
     /// The broker's version as far as it can be told (`--broker-version`, `--version` of a
     /// broker the benchmark started, or `unknown`).
     pub version: String,
-    /// API keys and version ranges the broker advertised, as `key:min-max` strings.
-    pub api_versions: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]

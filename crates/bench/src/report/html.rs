@@ -197,17 +197,11 @@ fn metadata(c: &Campaign) -> String {
             },
         ),
     ];
-    let apis = format!(
-        "<details><summary>{} API keys</summary>{}</details>",
-        c.broker.api_versions.len(),
-        esc(&c.broker.api_versions.join(" "))
-    );
     let system = [
         (
             "broker",
             format!("{} {}", esc(&c.broker.label), esc(&c.broker.version)),
         ),
-        ("broker APIs", apis),
         ("client", esc(&c.client.name)),
         ("producer", config(&c.client.producer_config)),
         ("consumer", config(&c.client.consumer_config)),

@@ -202,7 +202,6 @@ fn campaign(broker_label: &str, rate: f64) -> Campaign {
         broker: BrokerInfo {
             label: broker_label.to_owned(),
             version: "1.2.3".to_owned(),
-            api_versions: vec!["0:0-11".to_owned(), "1:4-17".to_owned()],
         },
         sluice_version: "0.1.0".to_owned(),
         git_commit: "abc1234".to_owned(),
