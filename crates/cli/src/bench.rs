@@ -43,19 +43,40 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Produce at a fixed rate (or "max") for warm-up + duration; report throughput and
     /// ack/e2e latency percentiles.
+    ///
+    /// Example:
+    ///   sluice bench run bench/workloads/fixed-20mbps.toml -b 127.0.0.1:9092 --broker-label sluice
+    #[command(verbatim_doc_comment)]
     Run(RunArgs),
     /// Find the highest rate whose e2e latency percentile meets a target: ramp by doubling,
     /// binary-search to within 5%, then sustain (passes when >= 80% of sustain intervals meet
     /// the target, else searches again below). Settings in the workload's [explore] table.
+    ///
+    /// Example:
+    ///   sluice bench explore bench/workloads/explore-1kib.toml -b 127.0.0.1:9092
+    #[command(verbatim_doc_comment)]
     Explore(RunArgs),
     /// Build a backlog of [drain] backlog bytes, then time the consumers reading it, optionally
     /// while producers keep [drain] live_rate.
+    ///
+    /// Example:
+    ///   sluice bench drain bench/workloads/drain-2gib.toml -b 127.0.0.1:9092
+    #[command(verbatim_doc_comment)]
     Drain(RunArgs),
     /// Check every record (producer id, sequence, checksum): lost, duplicated, out-of-order and
     /// corrupted, per partition. With [correctness] kills = N and --broker-cmd, SIGKILLs and
     /// restarts that broker N times during the run. Exits non-zero when the check fails.
+    ///
+    /// Example:
+    ///   sluice bench correctness bench/workloads/correctness-kills.toml -b 127.0.0.1:19092 \
+    ///     --broker-cmd 'sluice serve --data-dir /tmp/bench-data --kafka-addr 127.0.0.1:19092 --http-addr off'
+    #[command(verbatim_doc_comment)]
     Correctness(RunArgs),
     /// Put campaign directories side by side: writes compare.html and compare.csv, prints a table.
+    ///
+    /// Example:
+    ///   sluice bench compare bench-results/fixed-20mbps-run-A bench-results/fixed-20mbps-run-B
+    #[command(verbatim_doc_comment)]
     Compare(CompareArgs),
 }
 
