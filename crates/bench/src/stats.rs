@@ -107,10 +107,10 @@ pub fn percentile_ms(h: &Histogram<u64>, pct: f64) -> f64 {
 }
 
 /// min / median / max / mean and the coefficient of variation (sample standard deviation over
-/// the magnitude of the mean; 0 with fewer than two values or a zero mean) of `values`, NaNs
-/// left out. `None` when nothing is left.
+/// the magnitude of the mean; 0 with fewer than two values or a zero mean) of `values`, NaN and
+/// infinities left out. `None` when nothing is left.
 pub fn spread(values: &[f64]) -> Option<Spread> {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     if sorted.is_empty() {
         return None;
     }

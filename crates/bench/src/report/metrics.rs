@@ -113,32 +113,7 @@ pub(crate) fn point_spread(point: &PointResult, metric: &Metric) -> Option<Sprea
 
 /// min / median / max / mean / cv of the finite `values`; `None` when there are none.
 pub(crate) fn spread_of(values: &[f64]) -> Option<Spread> {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    if sorted.is_empty() {
-        return None;
-    }
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    let mean = sorted.iter().sum::<f64>() / n as f64;
-    let cv = if n < 2 || mean == 0.0 {
-        0.0
-    } else {
-        let var = sorted.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        var.sqrt() / mean.abs()
-    };
-    Some(Spread {
-        n: n as u32,
-        min: sorted[0],
-        median,
-        max: sorted[n - 1],
-        mean,
-        cv,
-    })
+    crate::stats::spread(values)
 }
 
 /// A number in at most ~4 characters of significant digits, with `k`/`M`/`G` from 10 000 up:
