@@ -127,6 +127,8 @@ struct Shared {
     backpressure_ns: AtomicU64,
     late_records: AtomicU64,
     max_lag_ns: AtomicU64,
+    /// How long stopping producers may wait for their queued records, ms.
+    flush_timeout_ms: AtomicU64,
 }
 
 fn lock(stats: &Mutex<ThreadStats>) -> MutexGuard<'_, ThreadStats> {
@@ -236,6 +238,7 @@ impl Fleet {
             backpressure_ns: AtomicU64::new(0),
             late_records: AtomicU64::new(0),
             max_lag_ns: AtomicU64::new(0),
+            flush_timeout_ms: AtomicU64::new(30_000),
         });
         Fleet {
             shared,
@@ -481,7 +484,9 @@ impl Fleet {
         self.shared
             .rate_bits
             .store(0f64.to_bits(), Ordering::Relaxed);
-        FLUSH_TIMEOUT_MS.store(flush_timeout.as_millis() as u64, Ordering::Relaxed);
+        self.shared
+            .flush_timeout_ms
+            .store(flush_timeout.as_millis() as u64, Ordering::Relaxed);
         self.shared.stop_producers.store(true, Ordering::Release);
         for handle in self.producers.drain(..) {
             let _ = handle.join();
@@ -529,8 +534,6 @@ impl Drop for Fleet {
         self.stop_consumers();
     }
 }
-
-static FLUSH_TIMEOUT_MS: AtomicU64 = AtomicU64::new(30_000);
 
 /// Runs in the producer thread (librdkafka serves delivery reports from `poll`).
 struct DeliveryContext {
@@ -734,7 +737,7 @@ impl ProducerJob {
                 }
             }
         }
-        let timeout = Duration::from_millis(FLUSH_TIMEOUT_MS.load(Ordering::Relaxed));
+        let timeout = Duration::from_millis(self.shared.flush_timeout_ms.load(Ordering::Relaxed));
         let _ = self.producer.flush(timeout);
         self.producer.poll(Duration::ZERO);
     }

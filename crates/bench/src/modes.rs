@@ -396,11 +396,16 @@ impl Explorer<'_> {
         None
     }
 
-    /// Runs one rate for `seconds`, pauses, lets the consumers catch up, and judges the
-    /// e2e percentile of the records intended inside the step.
+    /// A ramp or search step: judged per reporting interval.
     fn step(&mut self, rate: f64, seconds: f64, phase: &str) -> bool {
         let chunk_s = self.w.interval_s;
-        let (met, achieved, e2e_ms, reason) = self.measure(rate, seconds, phase, chunk_s);
+        self.judged_step(rate, seconds, phase, chunk_s).0
+    }
+
+    /// Runs one rate for `seconds` (see [`Explorer::measure`]) and records the step. Returns
+    /// whether it passed, and the share of its intervals that met the target.
+    fn judged_step(&mut self, rate: f64, seconds: f64, phase: &str, chunk_s: f64) -> (bool, f64) {
+        let (met, achieved, e2e_ms, reason, fraction) = self.measure(rate, seconds, phase, chunk_s);
         self.steps.push(ExploreStep {
             phase: phase.into(),
             target_rps: rate,
@@ -409,7 +414,7 @@ impl Explorer<'_> {
             met,
             reason,
         });
-        met
+        (met, fraction)
     }
 
     /// Runs `rate` for `seconds` and judges it: rate, delivery and catch-up must hold for the
@@ -421,7 +426,7 @@ impl Explorer<'_> {
         seconds: f64,
         phase: &str,
         chunk_s: f64,
-    ) -> (bool, f64, f64, Option<String>) {
+    ) -> (bool, f64, f64, Option<String>, f64) {
         let e = &self.w.explore;
         self.fleet.reset_measured();
         let start = now_ns();
@@ -491,7 +496,7 @@ impl Explorer<'_> {
         } else {
             None
         };
-        (reason.is_none(), achieved, e2e_ms, reason)
+        (reason.is_none(), achieved, e2e_ms, reason, fraction)
     }
 
     /// How many intervals of `chunk_s` seconds of the last measured step met the e2e target,
@@ -514,26 +519,11 @@ impl Explorer<'_> {
         (good, chunks)
     }
 
-    /// The sustain phase: passes when enough of its intervals meet the target.
+    /// The sustain phase: passes when enough of its intervals meet the target. Returns
+    /// whether it passed, and the share of intervals that met the target.
     fn sustain(&mut self, rate: f64) -> (bool, f64) {
         let e = &self.w.explore;
-        let (met, achieved, e2e_ms, reason) =
-            self.measure(rate, e.sustain_s, "sustain", e.sustain_interval_s);
-        let (good, chunks) = self.intervals_meeting_target(e.sustain_interval_s);
-        let fraction = if chunks > 0 {
-            good as f64 / chunks as f64
-        } else {
-            0.0
-        };
-        self.steps.push(ExploreStep {
-            phase: "sustain".into(),
-            target_rps: rate,
-            achieved_rps: achieved,
-            e2e_ms,
-            met,
-            reason,
-        });
-        (met, fraction)
+        self.judged_step(rate, e.sustain_s, "sustain", e.sustain_interval_s)
     }
 }
 
