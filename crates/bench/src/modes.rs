@@ -473,7 +473,10 @@ impl Explorer<'_> {
         } else {
             0.0
         };
-        let reason = if sent < 0.97 * rate && blocked < 0.1 {
+        // Behind by more than 3% of the step, and by more than a tenth of a second of records
+        // (a short step starts a few ms late without the generator being saturated).
+        let shortfall = (rate - sent) * elapsed;
+        let reason = if shortfall > (0.03 * rate * elapsed).max(0.1 * rate) && blocked < 0.1 {
             Some(format!(
                 "the load generator sent {sent:.0}/s of {rate:.0}/s (saturated)"
             ))
