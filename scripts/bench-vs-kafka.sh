@@ -2,7 +2,7 @@
 # Sluice vs Apache Kafka on this machine, with Kafka's own perf tools; see
 # scripts/bench_vs_kafka.py for what is measured. Takes ~10 min with the defaults.
 #
-# Environment: RUNS (3), N_SMALL (3000000), N_LARGE (1000000), FIXED_SECONDS (20), OUT
+# Environment: RUNS (3), N_SMALL (3000000), N_LARGE (1000000), FIXED_SECONDS (20), CASES (all), OUT
 # (target/bench-vs-kafka), KAFKA_BASELINE_DIR (../shared/kafka-baseline).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -160,15 +160,27 @@ fn explore_finds_and_sustains_a_rate() {
     let c = read_campaign(&dir);
     let e = &c["points"][0]["repeats"][0]["explore"];
     assert_eq!(e["passed"], true, "{e}");
-    // 500 -> 1000 -> 2000 (the cap) all pass, then 2000 is sustained.
-    assert_eq!(e["sustained_rps"].as_f64(), Some(2000.0), "{e}");
-    let phases: Vec<&str> = e["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["phase"].as_str().unwrap())
-        .collect();
-    assert_eq!(phases, ["ramp", "ramp", "ramp", "sustain"], "{e}");
+    let steps = e["steps"].as_array().unwrap();
+    let phases: Vec<&str> = steps.iter().map(|s| s["phase"].as_str().unwrap()).collect();
+    let sustained = e["sustained_rps"].as_f64().unwrap();
+    if steps.iter().all(|s| s["met"] == true) {
+        // 500 -> 1000 -> 2000 (the cap) all pass, then 2000 is sustained.
+        assert_eq!(phases, ["ramp", "ramp", "ramp", "sustain"], "{e}");
+        assert_eq!(sustained, 2000.0, "{e}");
+    } else {
+        // A loaded machine (the rest of the suite runs alongside) can miss a ramp step; the
+        // search below it must then still end in a sustained rate between start and cap, the
+        // highest rate any search step met.
+        assert_eq!(phases.first(), Some(&"ramp"), "{e}");
+        assert_eq!(phases.last(), Some(&"sustain"), "{e}");
+        assert!((500.0..=2000.0).contains(&sustained), "{e}");
+        let best_met = steps
+            .iter()
+            .filter(|s| s["met"] == true && s["phase"] != "sustain")
+            .filter_map(|s| s["target_rps"].as_f64())
+            .fold(0.0, f64::max);
+        assert!(sustained <= best_met, "{e}");
+    }
 }
 
 #[test]
