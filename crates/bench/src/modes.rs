@@ -141,6 +141,20 @@ impl<'f> Ticker<'f> {
     }
 }
 
+/// Runs `body` on this repeat's own new topics, and deletes them afterwards whatever the outcome.
+fn on_fresh_topics<'a>(
+    ctx: &mut Context<'a>,
+    w: &Workload,
+    body: impl FnOnce(&mut Context<'a>, &[String]) -> Result<RunResult, String>,
+) -> Result<RunResult, String> {
+    let topics = topic_names(w, &ctx.run_id);
+    ctx.admin
+        .create_topics(&topics, w.partitions, w.replication_factor)?;
+    let outcome = body(ctx, &topics);
+    let _ = ctx.admin.delete_topics(&topics);
+    outcome
+}
+
 fn topic_names(w: &Workload, run_id: &str) -> Vec<String> {
     (0..w.topics)
         .map(|t| format!("sluice-bench-{run_id}-t{t}"))
@@ -215,15 +229,12 @@ fn fill_measured(result: &mut RunResult, fleet: &Fleet, w: &Workload, measured_s
 
 /// `run`: a fixed rate (or "max") for warm-up + duration.
 pub fn run(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
-    let topics = topic_names(w, &ctx.run_id);
-    ctx.admin
-        .create_topics(&topics, w.partitions, w.replication_factor)?;
-    let outcome = (|| {
-        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.clone(), &ctx.run_id, None);
+    on_fresh_topics(ctx, w, |ctx, topics| {
+        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.to_vec(), &ctx.run_id, None);
         fleet.start_consumers(ConsumerMode::Groups, SETUP_TIMEOUT)?;
         fleet.start_producers()?;
         let target = w.target_rps();
-        let mut result = blank(repeat, &topics, target);
+        let mut result = blank(repeat, topics, target);
         let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
         let measure_start = now_ns() + (w.warmup_s * 1e9) as u64;
         fleet.set_measure_window(measure_start, u64::MAX);
@@ -247,9 +258,7 @@ pub fn run(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult
         fleet.stop_producers(FLUSH_TIMEOUT);
         fleet.stop_consumers();
         Ok(result)
-    })();
-    let _ = ctx.admin.delete_topics(&topics);
-    outcome
+    })
 }
 
 /// Every measured record sent has its delivery report.
@@ -260,11 +269,8 @@ fn all_delivered(fleet: &Fleet) -> bool {
 
 /// `explore`: the highest rate whose e2e latency percentile meets the target, sustained.
 pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
-    let topics = topic_names(w, &ctx.run_id);
-    ctx.admin
-        .create_topics(&topics, w.partitions, w.replication_factor)?;
-    let outcome = (|| {
-        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.clone(), &ctx.run_id, None);
+    on_fresh_topics(ctx, w, |ctx, topics| {
+        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.to_vec(), &ctx.run_id, None);
         fleet.start_consumers(ConsumerMode::Groups, SETUP_TIMEOUT)?;
         fleet.start_producers()?;
         let e = &w.explore;
@@ -292,7 +298,7 @@ pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunRe
         }
         let outcome = explorer.search(start_rps, max_rps);
         let cpu_s = explorer.cpu_s;
-        let mut result = blank(repeat, &topics, outcome.as_ref().map(|o| o.rate));
+        let mut result = blank(repeat, topics, outcome.as_ref().map(|o| o.rate));
         let steps = std::mem::take(&mut explorer.steps);
         result.intervals = std::mem::take(&mut explorer.ticker.intervals);
         drop(explorer);
@@ -314,9 +320,7 @@ pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunRe
         fleet.stop_producers(FLUSH_TIMEOUT);
         fleet.stop_consumers();
         Ok(result)
-    })();
-    let _ = ctx.admin.delete_topics(&topics);
-    outcome
+    })
 }
 
 struct Explorer<'f> {
@@ -532,15 +536,12 @@ impl Explorer<'_> {
 
 /// `drain`: build a backlog with producers only, then time consumers reading it.
 pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
-    let topics = topic_names(w, &ctx.run_id);
-    ctx.admin
-        .create_topics(&topics, w.partitions, w.replication_factor)?;
-    let outcome = (|| {
+    on_fresh_topics(ctx, w, |ctx, topics| {
         if w.consumers == 0 {
             return Err("drain needs consumers >= 1".to_string());
         }
         let d = &w.drain;
-        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.clone(), &ctx.run_id, None);
+        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.to_vec(), &ctx.run_id, None);
         fleet.start_producers()?;
         fleet.set_measure_window(0, u64::MAX);
         let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
@@ -586,7 +587,7 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             ));
         }
         let consumed = fleet.consumed_slowest();
-        let mut result = blank(repeat, &topics, None);
+        let mut result = blank(repeat, topics, None);
         fill_measured(
             &mut result,
             &fleet,
@@ -616,9 +617,7 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
         fleet.stop_producers(FLUSH_TIMEOUT);
         fleet.stop_consumers();
         Ok(result)
-    })();
-    let _ = ctx.admin.delete_topics(&topics);
-    outcome
+    })
 }
 
 /// `correctness`: every record checked; the broker optionally SIGKILLed and restarted.
@@ -630,23 +629,20 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
                 .into(),
         );
     }
-    let topics = topic_names(w, &ctx.run_id);
-    ctx.admin
-        .create_topics(&topics, w.partitions, w.replication_factor)?;
-    let checker = Arc::new(Mutex::new(Checker::new(!w.idempotence)));
-    let mut fleet = Fleet::new(
-        w,
-        ctx.bootstrap,
-        topics.clone(),
-        &ctx.run_id,
-        Some(checker.clone()),
-    );
-    let outcome = (|| {
+    on_fresh_topics(ctx, w, |ctx, topics| {
+        let checker = Arc::new(Mutex::new(Checker::new(!w.idempotence)));
+        let mut fleet = Fleet::new(
+            w,
+            ctx.bootstrap,
+            topics.to_vec(),
+            &ctx.run_id,
+            Some(checker.clone()),
+        );
         fleet.start_consumers(ConsumerMode::Assign, SETUP_TIMEOUT)?;
         fleet.start_producers()?;
         fleet.set_measure_window(0, u64::MAX);
         let target = w.target_rps();
-        let mut result = blank(repeat, &topics, target);
+        let mut result = blank(repeat, topics, target);
         let cpu0 = fleet.cpu_s();
         let started = Instant::now();
         fleet.set_rate(target);
@@ -684,7 +680,7 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         fleet.stop_producers(Duration::from_secs_f64(c.settle_timeout_s));
         // Read everything up to the high watermarks, then until the stream is quiet.
         let mut high = 0i64;
-        for topic in &topics {
+        for topic in topics {
             high += ctx
                 .admin
                 .high_watermarks(topic, w.partitions)?
@@ -726,8 +722,5 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         }
         result.correctness = Some(report);
         Ok(result)
-    })();
-    drop(fleet);
-    let _ = ctx.admin.delete_topics(&topics);
-    outcome
+    })
 }

@@ -15,31 +15,11 @@ pub(crate) fn throughput(p: &PointResult) -> Chart {
         ("acked", 0, |i| Some(i.acked_rps)),
         ("consumed", 1, |i| Some(i.consumed_rps)),
     ];
-    let consumed = |r: &RunResult| r.intervals.iter().any(|i| i.consumed_rps > 0.0);
-    let mut series = Vec::new();
-    for (k, r) in p.repeats.iter().enumerate() {
-        for (name, color, pick) in lines {
-            // Without consumers the consumed line would be a flat zero.
-            if name == "acked" || consumed(r) {
-                let name = repeat_name(name, r, p.repeats.len());
-                series.push(interval_series(
-                    name,
-                    &r.intervals,
-                    svg::color(color),
-                    svg::dash(k),
-                    pick,
-                ));
-            }
-        }
-    }
-    Chart {
-        title: format!("{} · throughput", p.label),
-        x_label: "time since start (s)".to_owned(),
-        y_label: "records/s".to_owned(),
-        x_scale: XScale::Linear,
-        series,
-        bands: phase_bands(p),
-    }
+    // Without consumers the consumed line would be a flat zero.
+    let shown = |name: &str, r: &RunResult, _: Pick| {
+        name == "acked" || r.intervals.iter().any(|i| i.consumed_rps > 0.0)
+    };
+    per_interval_chart(p, &lines, shown, "throughput", "records/s")
 }
 
 /// e2e p50/p99/max and ack p99 per interval (ms), every repeat; gaps where an interval had no
@@ -51,10 +31,23 @@ pub(crate) fn latency(p: &PointResult) -> Chart {
         ("e2e max", 3, |i| (i.e2e.count > 0).then_some(i.e2e.max_ms)),
         ("ack p99", 0, |i| (i.ack.count > 0).then_some(i.ack.p99_ms)),
     ];
+    let shown = |_: &str, r: &RunResult, pick: Pick| r.intervals.iter().any(|i| pick(i).is_some());
+    per_interval_chart(p, &lines, shown, "latency per interval", "ms")
+}
+
+/// One line per quantity in `lines` (name, colour, value) and repeat, over the time since start,
+/// where `shown` keeps it; the warm-up and other phases shaded.
+fn per_interval_chart(
+    p: &PointResult,
+    lines: &[(&str, usize, Pick)],
+    shown: impl Fn(&str, &RunResult, Pick) -> bool,
+    title: &str,
+    y_label: &str,
+) -> Chart {
     let mut series = Vec::new();
     for (k, r) in p.repeats.iter().enumerate() {
-        for (name, color, pick) in lines {
-            if r.intervals.iter().any(|i| pick(i).is_some()) {
+        for &(name, color, pick) in lines {
+            if shown(name, r, pick) {
                 let name = repeat_name(name, r, p.repeats.len());
                 series.push(interval_series(
                     name,
@@ -67,9 +60,9 @@ pub(crate) fn latency(p: &PointResult) -> Chart {
         }
     }
     Chart {
-        title: format!("{} · latency per interval", p.label),
+        title: format!("{} · {title}", p.label),
         x_label: "time since start (s)".to_owned(),
-        y_label: "ms".to_owned(),
+        y_label: y_label.to_owned(),
         x_scale: XScale::Linear,
         series,
         bands: phase_bands(p),
