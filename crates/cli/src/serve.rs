@@ -31,7 +31,8 @@ use sluice_server::ServerConfig;
 pub struct ServeArgs {
     /// TOML config file (keys: data_dir, kafka_addr, http_addr, http_allow_anonymous,
     /// http_max_body_bytes, http_max_records_per_request, http_max_concurrent_requests,
-    /// http_api_keys, advertised_host, auto_create_topics,
+    /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
+    /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
     /// default_partitions, retention_ms, retention_bytes, segment_bytes, segment_ms,
     /// flush_interval_ms, sync_threads, max_request_bytes, max_message_bytes, group_initial_rebalance_delay_ms,
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max)
@@ -58,6 +59,21 @@ pub struct ServeArgs {
     /// HTTP requests served at once, long polls included; more gets 429 [default: 1024]
     #[arg(long, env = "SLUICE_HTTP_MAX_CONCURRENT_REQUESTS")]
     http_max_concurrent_requests: Option<usize>,
+    /// An HTTP request's whole header must arrive within this; a slower connection is closed
+    /// [default: 10000]
+    #[arg(long, env = "SLUICE_HTTP_HEADER_READ_TIMEOUT_MS")]
+    http_header_read_timeout_ms: Option<u64>,
+    /// An HTTP request's whole body must arrive within this, from its first read; slower gets
+    /// 408 [default: 30000]
+    #[arg(long, env = "SLUICE_HTTP_BODY_READ_TIMEOUT_MS")]
+    http_body_read_timeout_ms: Option<u64>,
+    /// Close a kept-alive HTTP connection with no request in flight for this long
+    /// [default: 60000]
+    #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT_MS")]
+    http_idle_timeout_ms: Option<u64>,
+    /// HTTP connections open at once; more are closed when accepted [default: 4096]
+    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
+    http_max_connections: Option<usize>,
     /// Host name clients are told to connect to [default: the listener's IP]
     #[arg(long, env = "SLUICE_ADVERTISED_HOST")]
     advertised_host: Option<String>,
@@ -122,6 +138,10 @@ struct FileConfig {
     http_max_body_bytes: Option<usize>,
     http_max_records_per_request: Option<usize>,
     http_max_concurrent_requests: Option<usize>,
+    http_header_read_timeout_ms: Option<u64>,
+    http_body_read_timeout_ms: Option<u64>,
+    http_idle_timeout_ms: Option<u64>,
+    http_max_connections: Option<usize>,
     http_api_keys: Option<Vec<ApiKeyConfig>>,
     advertised_host: Option<String>,
     auto_create_topics: Option<bool>,
@@ -182,6 +202,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     {
         http_config.max_concurrent_requests = v;
     }
+    if let Some(v) = args
+        .http_header_read_timeout_ms
+        .or(file.http_header_read_timeout_ms)
+    {
+        http_config.header_read_timeout_ms = v;
+    }
+    if let Some(v) = args
+        .http_body_read_timeout_ms
+        .or(file.http_body_read_timeout_ms)
+    {
+        http_config.body_read_timeout_ms = v;
+    }
+    if let Some(v) = args.http_idle_timeout_ms.or(file.http_idle_timeout_ms) {
+        http_config.idle_timeout_ms = v;
+    }
+    if let Some(v) = args.http_max_connections.or(file.http_max_connections) {
+        http_config.max_connections = v;
+    }
     for (name, v) in [
         ("http_max_body_bytes", http_config.max_body_bytes),
         (
@@ -192,9 +230,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "http_max_concurrent_requests",
             http_config.max_concurrent_requests,
         ),
+        ("http_max_connections", http_config.max_connections),
     ] {
         if v == 0 {
             bail!("{name} must be at least 1");
+        }
+    }
+    // A zero timeout would close every connection (or answer every body 408) at once.
+    for (name, v) in [
+        (
+            "http_header_read_timeout_ms",
+            http_config.header_read_timeout_ms,
+        ),
+        (
+            "http_body_read_timeout_ms",
+            http_config.body_read_timeout_ms,
+        ),
+        ("http_idle_timeout_ms", http_config.idle_timeout_ms),
+    ] {
+        if v == 0 {
+            bail!("{name} must be at least 1 (a timeout of 0 would cut off every request)");
         }
     }
     let auth = Arc::new(

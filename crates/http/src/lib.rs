@@ -50,6 +50,22 @@ pub struct HttpConfig {
     pub fetch_max_bytes: usize,
     /// Longest `timeout_ms` a read may ask for; more gets 400.
     pub fetch_timeout_max_ms: u64,
+    /// How long a connection may take to send one request's whole header (from its first byte,
+    /// or from the end of the previous response on a kept-alive connection); slower is closed.
+    /// 10 s is far beyond any real client on a working network and short enough that a
+    /// slowloris cannot pile up sockets.
+    pub header_read_timeout_ms: u64,
+    /// How long a request body may take to arrive, whole, from the handler's first read; slower
+    /// gets 408 and its request slot back. 30 s moves the 64 MiB default body limit at ~2 MiB/s.
+    pub body_read_timeout_ms: u64,
+    /// How long a kept-alive connection may sit with no request in flight before it is closed.
+    /// 60 s is longer than the idle timeouts of common HTTP client pools (so they close first
+    /// and never reuse a socket we are closing), short enough that idle sockets do not pile up.
+    pub idle_timeout_ms: u64,
+    /// HTTP connections open at once; one more is closed as soon as it is accepted. 4096 is four
+    /// times the default request budget (clients keep idle pooled connections), and each
+    /// connection costs a socket and a few KiB of buffers (~tens of MiB at the cap).
+    pub max_connections: usize,
 }
 
 impl Default for HttpConfig {
@@ -60,6 +76,10 @@ impl Default for HttpConfig {
             max_concurrent_requests: 1024,
             fetch_max_bytes: 64 << 20,
             fetch_timeout_max_ms: 30_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 4096,
         }
     }
 }
