@@ -8,6 +8,9 @@ use sluice_log::{FlushPolicy, LogConfig};
 /// Kafka's default `max.message.bytes`: the largest record batch a topic accepts.
 pub const MAX_MESSAGE_BYTES_DEFAULT: i64 = 1_048_588;
 
+/// Kafka's default `fetch.max.bytes`: the most one Fetch response carries.
+pub const FETCH_MAX_BYTES_DEFAULT: usize = 50 << 20;
+
 /// Broker-wide settings.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -32,6 +35,12 @@ pub struct BrokerConfig {
     pub max_message_bytes: i64,
     /// Longest a Fetch may wait, whatever the client asks (bounds parked requests).
     pub fetch_wait_max_ms: u64,
+    /// Most bytes one Fetch response carries (Kafka's `fetch.max.bytes`); a request's
+    /// `max_bytes` of 0 or less means this, larger asks are cut to it.
+    pub fetch_max_bytes: usize,
+    /// What the broker may hold for clients in all: request frames, fetch responses, HTTP
+    /// bodies and reads (see [`crate::memory`]).
+    pub memory_limit: usize,
     /// Consumer-group settings.
     pub groups: crate::groups::GroupConfig,
 }
@@ -53,6 +62,8 @@ impl BrokerConfig {
             sync_threads: 2,
             max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT,
             fetch_wait_max_ms: 30_000,
+            fetch_max_bytes: FETCH_MAX_BYTES_DEFAULT,
+            memory_limit: crate::memory::MEMORY_LIMIT_DEFAULT,
             groups: crate::groups::GroupConfig::default(),
         }
     }

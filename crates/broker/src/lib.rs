@@ -18,6 +18,7 @@ pub mod config;
 pub mod errors;
 pub mod groups;
 mod handlers;
+pub mod memory;
 pub mod metrics;
 pub mod producers;
 pub mod topics;
@@ -54,6 +55,15 @@ pub struct Broker {
     producer_ids: producers::ProducerIds,
     groups: Arc<groups::Coordinator>,
     metrics: metrics::Metrics,
+    memory: memory::MemoryBudget,
+}
+
+/// A handled request's response, with the memory that holds its data (a fetch's records)
+/// until it has been written.
+#[derive(Debug)]
+pub struct Response {
+    pub body: ResponseKind,
+    pub memory: Option<memory::Reservation>,
 }
 
 impl Broker {
@@ -85,13 +95,14 @@ impl Broker {
                     source: std::io::Error::other(e),
                 })?;
         Ok(Broker {
-            config,
             topics,
             committer,
             clock,
             producer_ids,
             groups: Arc::new(groups),
             metrics: metrics::Metrics::default(),
+            memory: memory::MemoryBudget::new(config.memory_limit),
+            config,
         })
     }
 
@@ -110,6 +121,8 @@ impl Broker {
     /// appends); the future does the waiting (durability, long-poll fetches).
     pub fn handle(self: &Arc<Self>, request: Request) -> BoxFuture<'static, Option<ResponseKind>> {
         self.handle_from(request, None)
+            .map(|r| r.map(|r| r.body))
+            .boxed()
     }
 
     /// [`Broker::handle`] for a request from `peer` (the client host that group descriptions
@@ -118,7 +131,7 @@ impl Broker {
         self: &Arc<Self>,
         request: Request,
         peer: Option<std::net::IpAddr>,
-    ) -> BoxFuture<'static, Option<ResponseKind>> {
+    ) -> BoxFuture<'static, Option<Response>> {
         let version = request.api_version;
         let client_id = request
             .client_id
@@ -126,21 +139,39 @@ impl Broker {
             .map(|c| c.to_string())
             .unwrap_or_default();
         let client_host = peer.map(|ip| format!("/{ip}")).unwrap_or_default();
-        let this = Arc::clone(self);
-        let ready = |response| futures::future::ready(Some(response)).boxed();
         match request.body {
-            RequestKind::Produce(req) => handlers::produce::start(self, req)
-                .map(|r| r.map(ResponseKind::Produce))
-                .boxed(),
             RequestKind::Fetch(req) => {
                 let broker = Arc::clone(self);
                 async move {
-                    Some(ResponseKind::Fetch(
-                        handlers::fetch::handle(&broker, req).await,
-                    ))
+                    let (body, memory) = handlers::fetch::handle(&broker, req, peer).await;
+                    Some(Response {
+                        body: ResponseKind::Fetch(body),
+                        memory: Some(memory),
+                    })
                 }
                 .boxed()
             }
+            body => self
+                .dispatch(body, version, client_id, client_host)
+                .map(|r| r.map(|body| Response { body, memory: None }))
+                .boxed(),
+        }
+    }
+
+    /// Starts the handler of every API but Fetch (whose response holds memory).
+    fn dispatch(
+        self: &Arc<Self>,
+        body: RequestKind,
+        version: i16,
+        client_id: String,
+        client_host: String,
+    ) -> BoxFuture<'static, Option<ResponseKind>> {
+        let this = Arc::clone(self);
+        let ready = |response| futures::future::ready(Some(response)).boxed();
+        match body {
+            RequestKind::Produce(req) => handlers::produce::start(self, req)
+                .map(|r| r.map(ResponseKind::Produce))
+                .boxed(),
             RequestKind::ApiVersions(_) => {
                 ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
             }
@@ -319,6 +350,11 @@ impl Broker {
     ) -> Result<sluice_log::Appended, AppendError> {
         handlers::produce::append_plain(self, topic, partition, records)
             .map_err(|(code, message)| AppendError { code, message })
+    }
+
+    /// The memory budget every listener draws from.
+    pub fn memory(&self) -> &memory::MemoryBudget {
+        &self.memory
     }
 
     /// The broker's counters and histograms, rendered by the HTTP API's `/metrics`.

@@ -2,6 +2,7 @@
 
 mod apikey;
 mod bench;
+mod bytesize;
 mod client;
 mod consume;
 mod group;

@@ -12,6 +12,8 @@ use sluice_http::{AppState, HttpConfig};
 use sluice_log::FlushPolicy;
 use sluice_server::ServerConfig;
 
+use crate::bytesize::ByteSize;
+
 /// Run the broker.
 ///
 /// Example:
@@ -34,7 +36,9 @@ pub struct ServeArgs {
     /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
     /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
     /// default_partitions, retention_ms, retention_bytes, segment_bytes, segment_ms,
-    /// flush_interval_ms, sync_threads, max_request_bytes, max_message_bytes, group_initial_rebalance_delay_ms,
+    /// flush_interval_ms, sync_threads, max_request_bytes, memory_limit, fetch_max_bytes,
+    /// request_timeout_ms, connections_max_idle_ms, max_connections, max_connections_per_ip,
+    /// max_message_bytes, group_initial_rebalance_delay_ms,
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max)
     #[arg(long, env = "SLUICE_CONFIG")]
     config: Option<PathBuf>,
@@ -103,9 +107,36 @@ pub struct ServeArgs {
     /// [default: 2]
     #[arg(long, env = "SLUICE_SYNC_THREADS")]
     sync_threads: Option<usize>,
-    /// Largest request accepted, in bytes [default: 104857600 = 100 MiB]
+    /// Largest request accepted, in bytes (Kafka's socket.request.max.bytes)
+    /// [default: 104857600 = 100 MiB, or a quarter of --memory-limit if that is less]
     #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES")]
     max_request_bytes: Option<usize>,
+    /// What the broker may hold for clients in all: requests from their first byte, fetch
+    /// responses until written, HTTP bodies and reads. When it is used up, connections stop
+    /// reading and fetches return less. A size such as 256MiB or 1GiB [default: 512MiB]
+    #[arg(long, env = "SLUICE_MEMORY_LIMIT")]
+    memory_limit: Option<ByteSize>,
+    /// Most bytes one Fetch response carries; a client's max_bytes of 0 or less means this
+    /// (Kafka's fetch.max.bytes) [default: 52428800 = 50 MiB, or a quarter of --memory-limit
+    /// if that is less]
+    #[arg(long, env = "SLUICE_FETCH_MAX_BYTES")]
+    fetch_max_bytes: Option<usize>,
+    /// A Kafka request must arrive whole within this once its first byte has, and a client must
+    /// read its responses within it; otherwise the connection is closed [default: 30000]
+    #[arg(long, env = "SLUICE_REQUEST_TIMEOUT_MS")]
+    request_timeout_ms: Option<u64>,
+    /// Close Kafka connections with nothing in flight for this long (Kafka's
+    /// connections.max.idle.ms) [default: 600000 = 10 minutes]
+    #[arg(long, env = "SLUICE_CONNECTIONS_MAX_IDLE_MS")]
+    connections_max_idle_ms: Option<u64>,
+    /// Kafka connections open at once; more are closed as they arrive (Kafka's
+    /// max.connections) [default: 4096]
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Kafka connections open at once from one IP address (Kafka's max.connections.per.ip)
+    /// [default: 1024]
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS_PER_IP")]
+    max_connections_per_ip: Option<usize>,
     /// Largest record batch a topic accepts unless its max.message.bytes says otherwise
     /// [default: 1048588]
     #[arg(long, env = "SLUICE_MAX_MESSAGE_BYTES")]
@@ -153,6 +184,12 @@ struct FileConfig {
     flush_interval_ms: Option<u64>,
     sync_threads: Option<usize>,
     max_request_bytes: Option<usize>,
+    memory_limit: Option<ByteSize>,
+    fetch_max_bytes: Option<usize>,
+    request_timeout_ms: Option<u64>,
+    connections_max_idle_ms: Option<u64>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
     max_message_bytes: Option<i64>,
     group_initial_rebalance_delay_ms: Option<i64>,
     group_consumer_session_timeout_ms: Option<i32>,
@@ -363,10 +400,69 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(v) = args.max_message_bytes.or(file.max_message_bytes) {
         broker_config.max_message_bytes = v;
     }
+    let memory_limit = args
+        .memory_limit
+        .or(file.memory_limit)
+        .map_or(sluice_broker::memory::MEMORY_LIMIT_DEFAULT as u64, ByteSize::bytes);
+    let memory_limit = usize::try_from(memory_limit).unwrap_or(usize::MAX);
+    // One request, and one fetch response, must fit in the budget with room to spare for the
+    // others; unset, both limits shrink with a small budget instead of refusing to start.
+    let half_budget = memory_limit / 2;
     let mut server_config = ServerConfig::default();
-    if let Some(v) = args.max_request_bytes.or(file.max_request_bytes) {
-        server_config.max_request_bytes = v;
+    server_config.max_request_bytes = match args.max_request_bytes.or(file.max_request_bytes) {
+        Some(v) if v > half_budget => bail!(
+            "max_request_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower max_request_bytes",
+            ByteSize(memory_limit as u64)
+        ),
+        Some(v) => v,
+        None => server_config.max_request_bytes.min(memory_limit / 4),
+    };
+    broker_config.fetch_max_bytes = match args.fetch_max_bytes.or(file.fetch_max_bytes) {
+        Some(0) => bail!("fetch_max_bytes must be at least 1"),
+        Some(v) if v > half_budget => bail!(
+            "fetch_max_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower fetch_max_bytes",
+            ByteSize(memory_limit as u64)
+        ),
+        Some(v) => v,
+        None => broker_config.fetch_max_bytes.min(memory_limit / 4),
+    };
+    if server_config.max_request_bytes < 1024 || broker_config.fetch_max_bytes < 1024 {
+        bail!(
+            "memory_limit ({}) is too small to serve requests: give it at least 4KiB, and 64MiB or more in practice",
+            ByteSize(memory_limit as u64)
+        );
     }
+    broker_config.memory_limit = memory_limit;
+    if let Some(v) = args.request_timeout_ms.or(file.request_timeout_ms) {
+        if v == 0 {
+            bail!("request_timeout_ms must be at least 1");
+        }
+        server_config.request_timeout = Duration::from_millis(v);
+    }
+    if let Some(v) = args
+        .connections_max_idle_ms
+        .or(file.connections_max_idle_ms)
+    {
+        if v == 0 {
+            bail!("connections_max_idle_ms must be at least 1");
+        }
+        server_config.connections_max_idle = Duration::from_millis(v);
+    }
+    if let Some(v) = args.max_connections.or(file.max_connections) {
+        server_config.max_connections = v;
+    }
+    if let Some(v) = args.max_connections_per_ip.or(file.max_connections_per_ip) {
+        server_config.max_connections_per_ip = v;
+    }
+    for (name, v) in [
+        ("max_connections", server_config.max_connections),
+        ("max_connections_per_ip", server_config.max_connections_per_ip),
+    ] {
+        if v == 0 {
+            bail!("{name} must be at least 1");
+        }
+    }
+    raise_open_files_limit(server_config.max_connections, http_config.max_connections);
     let advertised_host = args.advertised_host.or(file.advertised_host);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -450,6 +546,43 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shut down cleanly");
         anyhow::Ok(())
     })
+}
+
+/// File descriptors kept for everything but client connections: segment and index files,
+/// the group store, the listeners themselves.
+const FILES_RESERVED: u64 = 1024;
+
+/// Raises the soft limit on open files to the hard limit (the usual thing for a server to do)
+/// and warns when the connection limits could still run the process out of descriptors, which
+/// would make accepts fail for everyone.
+fn raise_open_files_limit(kafka_connections: usize, http_connections: usize) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit from the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        }
+    }
+    let needed = (kafka_connections + http_connections) as u64 + FILES_RESERVED;
+    if needed > limit.rlim_cur {
+        tracing::warn!(
+            open_files_limit = limit.rlim_cur,
+            max_connections = kafka_connections,
+            http_max_connections = http_connections,
+            "the open-files limit is below what the connection limits may use (plus {FILES_RESERVED} for data files): raise `ulimit -n` or lower max_connections"
+        );
+    }
 }
 
 /// Reloads the HTTP API keys from the config file when it changes (checked every

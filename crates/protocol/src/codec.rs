@@ -1,16 +1,18 @@
 //! Request decoding and response encoding.
 //!
-//! Decoding is two steps: the fixed prefix of every request header (api key, api version,
+//! Decoding is three steps: the fixed prefix of every request header (api key, api version,
 //! correlation id) is read first, so an unknown API or unsupported version is answered or
-//! refused with the client's correlation id before any body parsing; then the header and body
-//! are decoded with `kafka-protocol`. Record batches inside Produce requests stay `Bytes` slices
+//! refused with the client's correlation id before any body parsing; then [`guard::check`]
+//! checks every length the frame declares against the bytes that remain (a frame cannot make
+//! the decoder reserve memory it does not carry); then the header and body are decoded with
+//! `kafka-protocol`. Record batches inside Produce requests stay `Bytes` slices
 //! of the frame: never copied, never re-encoded.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::versions;
+use crate::{guard, versions};
 
 /// A decoded request.
 #[derive(Debug)]
@@ -83,6 +85,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
         correlation_id,
         reason,
     };
+    // Every declared length is checked before kafka-protocol sees the frame: its decoders
+    // reserve what an array declares before reading an element (see `guard`).
+    guard::check(&frame, api_key, api_version).map_err(|e| malformed(e.to_string()))?;
     let header = RequestHeader::decode(&mut frame, api_key.request_header_version(api_version))
         .map_err(|e| malformed(format!("header: {e}")))?;
     let body = RequestKind::decode(api_key, &mut frame, api_version)
@@ -223,6 +228,25 @@ mod tests {
             decode_request(Bytes::from(raw)),
             Err(DecodeError::TooShort { len: 5 })
         ));
+    }
+
+    /// The frame that made the broker abort: Metadata v1 declaring 2^31 - 1 topics.
+    #[test]
+    fn a_declared_length_the_frame_does_not_carry_is_malformed() {
+        let frame =
+            Bytes::from_static(b"\x00\x03\x00\x01\x00\x00\x00\x07\x00\x05probe\x7f\xff\xff\xff");
+        match decode_request(frame) {
+            Err(DecodeError::Malformed {
+                api_key: ApiKey::Metadata,
+                api_version: 1,
+                correlation_id: 7,
+                reason,
+            }) => assert!(
+                reason.starts_with("topics: declares 2147483647 elements, 0 bytes left"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

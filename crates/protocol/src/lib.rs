@@ -6,6 +6,8 @@
 //!
 //! - [`frame`]: the cheap "is a whole frame here?" check on the 4-byte size prefix, which refuses
 //!   oversize frames before anything is allocated;
+//! - [`guard`]: checks every length a request declares against the bytes that remain, before
+//!   the codec crate decodes (its decoders reserve declared array lengths up front);
 //! - [`codec`]: request header + body decoding (record batches stay as `Bytes`, never copied or
 //!   re-encoded) and response encoding with the right header version;
 //! - [`versions`]: the API versions Sluice implements, the single source for ApiVersions;
@@ -19,6 +21,7 @@
 
 pub mod codec;
 pub mod frame;
+pub mod guard;
 pub mod partitioner;
 pub mod records;
 pub mod versions;

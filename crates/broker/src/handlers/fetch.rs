@@ -4,6 +4,7 @@
 //! Sessions: the broker answers with session id 0, which tells clients to keep sending full
 //! fetch requests (KIP-227's sessionless mode); every client supports it.
 
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -17,19 +18,37 @@ use sluice_protocol::kafka_protocol::messages::fetch_response::{
 use sluice_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::time::Instant;
 
+use crate::memory::{Ask, Class, Reservation};
 use crate::{Broker, errors};
 
-pub async fn handle(broker: &Broker, req: FetchRequest) -> FetchResponse {
+/// Answers one Fetch, with the memory reservation that covers its records until they are
+/// written.
+///
+/// Each pass reserves what it may read from the broker's memory budget, reads, and shrinks the
+/// reservation to what it read, all without yielding, so a pass never holds more than it uses
+/// across an await. When the budget is short a pass reads less (at least the first batch, as
+/// Kafka requires); when it has not even room for one batch, the fetch waits for room until its
+/// `max_wait_ms` ends and then answers with no records (the client simply fetches again).
+pub async fn handle(
+    broker: &Broker,
+    req: FetchRequest,
+    client: Option<IpAddr>,
+) -> (FetchResponse, Reservation) {
     let wait = Duration::from_millis(
         (req.max_wait_ms.max(0) as u64).min(broker.config().fetch_wait_max_ms),
     );
     let deadline = Instant::now() + wait;
     let min_bytes = req.min_bytes.max(0) as usize;
+    let cap = broker.config().fetch_max_bytes;
     let max_bytes = if req.max_bytes <= 0 {
-        i32::MAX as usize
+        cap
     } else {
-        req.max_bytes as usize
+        (req.max_bytes as usize).min(cap)
     };
+    // Room for one batch of the default size: what a pass waits for before it reads at all.
+    let pass_min_bytes = max_bytes.min(broker.config().max_message_bytes.max(1) as usize);
+    let budget = broker.memory();
+    let ask = Ask::new(Class::Bulk, client);
     // Resolve each requested partition's log once.
     let targets: Vec<Vec<Option<PartitionLog>>> = req
         .topics
@@ -57,24 +76,39 @@ pub async fn handle(broker: &Broker, req: FetchRequest) -> FetchResponse {
         for n in &mut changed {
             n.as_mut().enable();
         }
-        let (response, bytes, errors) = read_once(&req, &targets, max_bytes);
+        let mut memory = match budget.try_reserve_up_to(pass_min_bytes, max_bytes, ask) {
+            Some(memory) => memory,
+            None => {
+                let room = budget.reserve_up_to(pass_min_bytes, max_bytes, ask);
+                if tokio::time::timeout_at(deadline, room).await.is_err() {
+                    let (response, _, _) = read_once(&req, &targets, None);
+                    return (response, budget.empty(client));
+                }
+                // Room came back: read in a fresh pass (this reservation may be stale).
+                continue;
+            }
+        };
+        let (response, bytes, errors) = read_once(&req, &targets, Some(memory.bytes()));
+        memory.resize(bytes);
         if bytes >= min_bytes || errors || changed.is_empty() || Instant::now() >= deadline {
             if bytes > 0 {
                 broker.metrics().records_out(record_count(&response));
             }
-            return response;
+            return (response, memory);
         }
+        drop((response, memory));
         let _ = tokio::time::timeout_at(deadline, select_all(changed)).await;
     }
 }
 
 /// One pass over every requested partition: `(response, record bytes, any partition errored)`.
+/// `max_bytes` of `None` reads no records, only each partition's offsets.
 fn read_once(
     req: &FetchRequest,
     targets: &[Vec<Option<PartitionLog>>],
-    max_bytes: usize,
+    max_bytes: Option<usize>,
 ) -> (FetchResponse, usize, bool) {
-    let mut remaining = max_bytes;
+    let mut remaining = max_bytes.unwrap_or(0);
     let mut total = 0usize;
     let mut any_error = false;
     let responses = req
@@ -96,6 +130,12 @@ fn read_once(
                             .with_last_stable_offset(-1)
                             .with_log_start_offset(-1);
                     };
+                    if max_bytes.is_none() {
+                        return data
+                            .with_high_watermark(log.high_watermark())
+                            .with_last_stable_offset(log.high_watermark())
+                            .with_log_start_offset(log.log_start_offset());
+                    }
                     let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
                     match log.read(p.fetch_offset, limit.max(1)) {
                         Ok(read) => {

@@ -1,0 +1,421 @@
+//! One Kafka client connection: read frames, start their handlers in arrival order, write the
+//! responses in the same order.
+//!
+//! Memory: a frame's size is reserved from the broker's [`sluice_broker::memory::MemoryBudget`] as soon as its 4-byte
+//! prefix and api key have arrived, before the rest is read, and the reservation follows the
+//! request until its response has been written (resized to the response's encoded size once
+//! the handler is done; a fetch adds the reservation that covers its records). When the budget
+//! has no room, the connection stops reading until it has: the client feels TCP back-pressure,
+//! and bytes it keeps sending wait in the kernel's socket buffer, not in ours. Produce and
+//! Fetch frames are [`Class::Bulk`]; every other API is [`Class::Control`] and may use the
+//! headroom that bulk data leaves, so a new client can still say ApiVersions and Metadata
+//! while producers fill the budget. An idle connection holds no buffer at all: it waits for
+//! readability first and allocates a read buffer only when bytes are there.
+//!
+//! Timers (see [`ServerConfig`]): a frame whose first byte has arrived must be whole within
+//! `request_timeout` (counted only while this side is willing to read it); a response write
+//! that makes no progress for `request_timeout` (a client that stopped reading) closes the
+//! connection; a connection with nothing in flight and no bytes for `connections_max_idle` is
+//! closed. Each close is logged (rate-limited) with the reason.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, StreamExt};
+use sluice_broker::memory::{Ask, Class, Reservation};
+use sluice_broker::{Broker, Response};
+use sluice_protocol::codec::{self, DecodeError};
+use sluice_protocol::frame;
+use sluice_protocol::kafka_protocol::messages::ApiKey;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::limits::ConnectionSlot;
+use crate::{ServerConfig, Shared};
+
+/// Bytes a connection reads at a time when no larger frame is under way. Small requests
+/// arrive many to a read; a larger frame gets a buffer of its own size once its size is known.
+const READ_CHUNK_BYTES: usize = 16 << 10;
+
+/// Most responses handed to one vectored write.
+const WRITE_SLICES_MAX: usize = 64;
+
+/// Bytes of a request's fixed prefix the listener looks at before the frame is whole: size
+/// (4) and api key (2), which decides the memory class.
+const CLASSIFY_BYTES: usize = frame::SIZE_PREFIX_BYTES + 2;
+
+/// A request whose response is done: the encoded bytes (`None` when the request gets no
+/// response, as for acks=0 produce; `Err` when the response could not be encoded, a broker bug
+/// that closes the connection since a skipped response would desynchronise the client), and
+/// the memory reservation that covers them until they are written.
+struct Finished {
+    response: Result<Option<Bytes>, ()>,
+    memory: Reservation,
+}
+
+/// Why a connection ended, for the log.
+#[derive(Debug)]
+enum Close {
+    /// The client closed its side and every response has been written.
+    Done,
+    Shutdown,
+    Io(&'static str, io::Error),
+    Frame(frame::FrameError),
+    Malformed(DecodeError),
+    NotEncodable,
+    RequestTimeout(Duration),
+    WriteStalled(Duration),
+    Idle(Duration),
+}
+
+pub(crate) struct Connection {
+    pub broker: Arc<Broker>,
+    pub config: ServerConfig,
+    pub shared: Arc<Shared>,
+    pub peer: SocketAddr,
+    pub client_id: Option<String>,
+    /// This connection's place under the connection limits, freed when it ends.
+    pub _slot: ConnectionSlot,
+}
+
+impl Connection {
+    pub async fn run(mut self, stream: TcpStream, shutdown: watch::Receiver<bool>) {
+        let close = self.serve(&stream, shutdown).await;
+        let metrics = self.broker.metrics();
+        let limiter = &self.shared.close_log;
+        match &close {
+            Close::Done | Close::Shutdown => {}
+            Close::Io(op, e) => tracing::debug!(peer = %self.peer, error = %e, "{op} failed"),
+            Close::Idle(after) => {
+                metrics.kafka_connection_closed("idle");
+                tracing::debug!(peer = %self.peer, client = ?self.client_id, idle_ms = after.as_millis() as u64, "closing idle connection");
+            }
+            Close::RequestTimeout(after) => {
+                metrics.kafka_connection_closed("request_timeout");
+                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, timeout_ms = after.as_millis() as u64, held_back, "closing connection: a request was not received whole within request_timeout_ms");
+                }
+            }
+            Close::WriteStalled(after) => {
+                metrics.kafka_connection_closed("write_stalled");
+                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, timeout_ms = after.as_millis() as u64, held_back, "closing connection: the client read none of its responses within request_timeout_ms");
+                }
+            }
+            Close::Frame(e) => {
+                metrics.kafka_connection_closed("bad_frame");
+                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, error = %e, held_back, "closing connection");
+                }
+            }
+            Close::Malformed(e) => {
+                metrics.kafka_connection_closed("malformed");
+                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, error = %e, held_back, "closing connection");
+                }
+            }
+            Close::NotEncodable => {}
+        }
+    }
+
+    async fn serve(&mut self, stream: &TcpStream, mut shutdown: watch::Receiver<bool>) -> Close {
+        let budget = self.broker.memory().clone();
+        let request_timeout = self.config.request_timeout;
+        let idle_timeout = self.config.connections_max_idle;
+        let mut inbuf = BytesMut::new();
+        // Memory for the frame at the head of `inbuf`, reserved once its size is known.
+        let mut head: Option<Reservation> = None;
+        // When this side started waiting for the rest of the head frame.
+        let mut head_since: Option<Instant> = None;
+        let mut in_flight: FuturesOrdered<BoxFuture<'static, Finished>> = FuturesOrdered::new();
+        // Encoded responses not yet written, in order; the front may be partly written.
+        let mut outq: VecDeque<(Bytes, Reservation)> = VecDeque::new();
+        let mut last_read = Instant::now();
+        let mut last_write = Instant::now();
+        let mut eof = false;
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        loop {
+            // Start every whole frame while the in-flight limit allows; reserve memory for the
+            // head frame as soon as its size and api key are known.
+            let mut wants: Option<(usize, Class)> = None;
+            while in_flight.len() + outq.len() < self.config.in_flight_per_connection {
+                let whole = match frame::check(&inbuf, self.config.max_request_bytes) {
+                    Ok(whole) => whole,
+                    Err(e) => return Close::Frame(e),
+                };
+                if head.is_none() {
+                    let Some((total, class)) = classify(&inbuf) else {
+                        break;
+                    };
+                    match budget.try_reserve(total, Ask::new(class, Some(self.peer.ip()))) {
+                        Some(memory) => head = Some(memory),
+                        None => {
+                            wants = Some((total, class));
+                            break;
+                        }
+                    }
+                }
+                let Some(total) = whole else { break };
+                let memory = head.take().expect("reserved above");
+                let frame = inbuf
+                    .split_to(total)
+                    .freeze()
+                    .slice(frame::SIZE_PREFIX_BYTES..);
+                if let Err(close) = self.start(frame, total, memory, &mut in_flight) {
+                    return close;
+                }
+            }
+            if inbuf.is_empty() && head.is_none() {
+                // Nothing under way: let go of the read buffer (frames keep their own bytes).
+                inbuf = BytesMut::new();
+            }
+            if eof && in_flight.is_empty() && outq.is_empty() {
+                return Close::Done;
+            }
+            let room = in_flight.len() + outq.len() < self.config.in_flight_per_connection;
+            let can_read = !eof && room && wants.is_none();
+            // The request timer runs only while this side is willing to read.
+            head_since = match (can_read && !inbuf.is_empty(), head_since) {
+                (true, Some(since)) => Some(since),
+                (true, None) => Some(Instant::now()),
+                (false, _) => None,
+            };
+            let idle = in_flight.is_empty() && outq.is_empty() && inbuf.is_empty();
+            let deadline = [
+                head_since.map(|since| since + request_timeout),
+                (!outq.is_empty()).then(|| last_write + request_timeout),
+                idle.then(|| last_read.max(last_write) + idle_timeout),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            if let Some(deadline) = deadline
+                && timer.deadline() != deadline
+            {
+                timer.as_mut().reset(deadline);
+            }
+            let (want_bytes, want_class) = wants.unwrap_or((0, Class::Control));
+            let want = Ask::new(want_class, Some(self.peer.ip()));
+            tokio::select! {
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                    // The write-stall timer starts when the queue stops being empty.
+                    if outq.is_empty() {
+                        last_write = Instant::now();
+                    }
+                    if let Err(close) = queue(done, &mut outq) {
+                        return close;
+                    }
+                    // Every other response already done goes out in the same write.
+                    while let Some(Some(done)) = in_flight.next().now_or_never() {
+                        if let Err(close) = queue(done, &mut outq) {
+                            return close;
+                        }
+                    }
+                }
+                ready = stream.writable(), if !outq.is_empty() => {
+                    if let Err(e) = ready {
+                        return Close::Io("write", e);
+                    }
+                    match write_some(stream, &mut outq) {
+                        Ok(true) => last_write = Instant::now(),
+                        Ok(false) => {}
+                        Err(e) => return Close::Io("write", e),
+                    }
+                }
+                ready = stream.readable(), if can_read => {
+                    if let Err(e) = ready {
+                        return Close::Io("read", e);
+                    }
+                    // A frame under way gets room for all of itself; otherwise one chunk.
+                    let wanted = match (&head, declared_total(&inbuf)) {
+                        (Some(_), Some(total)) => total.saturating_sub(inbuf.len()),
+                        _ => 0,
+                    }
+                    .max(READ_CHUNK_BYTES.min(self.config.max_request_bytes));
+                    if inbuf.capacity() - inbuf.len() < wanted.min(READ_CHUNK_BYTES) {
+                        inbuf.reserve(wanted);
+                    }
+                    match stream.try_read_buf(&mut inbuf) {
+                        Ok(0) => eof = true,
+                        Ok(_) => last_read = Instant::now(),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Close::Io("read", e),
+                    }
+                }
+                memory = budget.reserve(want_bytes, want), if wants.is_some() => {
+                    head = Some(memory);
+                }
+                () = &mut timer, if deadline.is_some() => {
+                    let now = Instant::now();
+                    if let Some(since) = head_since && now >= since + request_timeout {
+                        return Close::RequestTimeout(request_timeout);
+                    }
+                    if !outq.is_empty() && now >= last_write + request_timeout {
+                        return Close::WriteStalled(request_timeout);
+                    }
+                    if idle && now >= last_read.max(last_write) + idle_timeout {
+                        return Close::Idle(idle_timeout);
+                    }
+                }
+                _ = shutdown.changed() => return Close::Shutdown,
+            }
+        }
+    }
+
+    /// Decodes one frame (`total` bytes with its prefix, held by `memory`) and queues its
+    /// handling. `Err` when the connection must close.
+    fn start(
+        &mut self,
+        frame: Bytes,
+        total: usize,
+        mut memory: Reservation,
+        in_flight: &mut FuturesOrdered<BoxFuture<'static, Finished>>,
+    ) -> Result<(), Close> {
+        match codec::decode_request(frame) {
+            Ok(request) => {
+                if self.client_id.is_none() {
+                    self.client_id = request.client_id.as_deref().map(str::to_owned);
+                }
+                let peer = self.peer;
+                let (api_key, version, correlation_id) =
+                    (request.api_key, request.api_version, request.correlation_id);
+                let started = std::time::Instant::now();
+                let broker = Arc::clone(&self.broker);
+                // Started now, in arrival order (produce appends happen here).
+                let handling = self.broker.handle_from(request, Some(peer.ip()));
+                in_flight.push_back(
+                    async move {
+                        let response = match handling.await {
+                            None => Ok(None),
+                            Some(Response { body, memory: held }) => {
+                                let mut out = BytesMut::new();
+                                let encoded = codec::encode_response(&mut out, api_key, version, correlation_id, &body);
+                                drop(body);
+                                if let Some(held) = held {
+                                    memory.merge(held);
+                                }
+                                match encoded {
+                                    Ok(()) => Ok(Some(out.freeze())),
+                                    Err(e) => {
+                                        tracing::error!(peer = %peer, error = %e, "closing connection: response not encodable");
+                                        Err(())
+                                    }
+                                }
+                            }
+                        };
+                        let bytes_out = response.as_ref().map_or(0, |r| r.as_ref().map_or(0, Bytes::len));
+                        // From here on the response is all this request holds.
+                        memory.resize(bytes_out);
+                        broker.metrics().kafka_request(api_key as i16, started.elapsed(), total, bytes_out);
+                        Finished { response, memory }
+                    }
+                    .boxed(),
+                );
+                Ok(())
+            }
+            Err(DecodeError::UnsupportedVersion {
+                api_key: ApiKey::ApiVersions,
+                api_version,
+                correlation_id,
+            }) => {
+                tracing::debug!(peer = %self.peer, api_version, "ApiVersions version unsupported; answering with v0");
+                let mut out = BytesMut::new();
+                let body = Broker::unsupported_api_versions();
+                let response =
+                    codec::encode_response(&mut out, ApiKey::ApiVersions, 0, correlation_id, &body)
+                        .map(|()| Some(out.freeze()))
+                        .map_err(|e| tracing::error!(error = %e, "encoding ApiVersions v0"));
+                memory.resize(response.as_ref().map_or(0, |r| r.as_ref().map_or(0, Bytes::len)));
+                in_flight.push_back(futures::future::ready(Finished { response, memory }).boxed());
+                Ok(())
+            }
+            Err(e) => Err(Close::Malformed(e)),
+        }
+    }
+}
+
+/// Puts a finished request's response (if it has one) on the write queue.
+fn queue(done: Finished, outq: &mut VecDeque<(Bytes, Reservation)>) -> Result<(), Close> {
+    match done.response {
+        Ok(Some(bytes)) if !bytes.is_empty() => outq.push_back((bytes, done.memory)),
+        Ok(_) => {}
+        Err(()) => return Err(Close::NotEncodable),
+    }
+    Ok(())
+}
+
+/// Writes what the socket takes now of the queued responses, in order, and gives back the
+/// memory of each one written whole. `Ok(true)` when any byte was written.
+fn write_some(stream: &TcpStream, outq: &mut VecDeque<(Bytes, Reservation)>) -> io::Result<bool> {
+    let mut progress = false;
+    while !outq.is_empty() {
+        let mut slices = [IoSlice::new(&[]); WRITE_SLICES_MAX];
+        let count = outq.len().min(WRITE_SLICES_MAX);
+        for (slice, (bytes, _)) in slices.iter_mut().zip(outq.iter()) {
+            *slice = IoSlice::new(bytes);
+        }
+        let mut written = match stream.try_write_vectored(&slices[..count]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(progress),
+            Err(e) => return Err(e),
+        };
+        progress = true;
+        while written > 0 {
+            let front = &mut outq.front_mut().expect("written bytes were queued").0;
+            if written >= front.len() {
+                written -= front.len();
+                outq.pop_front();
+            } else {
+                front.advance(written);
+                written = 0;
+            }
+        }
+    }
+    Ok(progress)
+}
+
+/// The declared size of the frame at the start of `buf`, prefix included, once its prefix
+/// has arrived.
+fn declared_total(buf: &[u8]) -> Option<usize> {
+    let prefix: [u8; 4] = buf.get(..frame::SIZE_PREFIX_BYTES)?.try_into().ok()?;
+    Some(frame::SIZE_PREFIX_BYTES + i32::from_be_bytes(prefix).max(0) as usize)
+}
+
+/// The size (prefix included) and memory class of the frame at the start of `buf`, once its
+/// size and api key have arrived. Call after [`frame::check`] accepted the size.
+fn classify(buf: &[u8]) -> Option<(usize, Class)> {
+    let total = declared_total(buf)?;
+    let key = buf.get(frame::SIZE_PREFIX_BYTES..CLASSIFY_BYTES)?;
+    let class = match i16::from_be_bytes([key[0], key[1]]) {
+        k if k == ApiKey::Produce as i16 || k == ApiKey::Fetch as i16 => Class::Bulk,
+        _ => Class::Control,
+    };
+    Some((total, class))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_needs_size_and_api_key() {
+        let mut buf = 100i32.to_be_bytes().to_vec();
+        assert_eq!(declared_total(&buf), Some(104));
+        assert!(classify(&buf).is_none());
+        buf.extend_from_slice(&0i16.to_be_bytes());
+        assert_eq!(classify(&buf), Some((104, Class::Bulk)));
+        buf[4..6].copy_from_slice(&(ApiKey::Metadata as i16).to_be_bytes());
+        assert_eq!(classify(&buf), Some((104, Class::Control)));
+        buf[4..6].copy_from_slice(&(ApiKey::Fetch as i16).to_be_bytes());
+        assert_eq!(classify(&buf), Some((104, Class::Bulk)));
+    }
+}
