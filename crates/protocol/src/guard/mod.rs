@@ -123,7 +123,7 @@ pub enum Encoding {
 }
 
 /// What a length counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LengthKind {
     Array,
     String,
@@ -169,6 +169,90 @@ pub fn length_fields(
     let mut collect = Collect(Vec::new());
     walk(frame, api_key, api_version, &mut collect)?;
     Ok(collect.0)
+}
+
+/// Every length field a request of `api_key` at `api_version` can carry, as paths with the array
+/// indexes left out (`topic_data[].partition_data[].records`, `header.client_id`,
+/// `tagged_fields` for a tag section's count and `tagged_fields[]` for an unknown tagged field's
+/// size). [`LengthField::path`] with its indexes emptied ([`without_indexes`]) is one of these.
+/// For tests that must reach every length.
+pub fn length_paths(api_key: ApiKey, api_version: i16) -> Vec<String> {
+    fn visit(s: &Struct, version: i16, flexible: bool, prefix: &str, out: &mut Vec<String>) {
+        let join = |name: &str| {
+            if prefix.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{prefix}.{name}")
+            }
+        };
+        let all = s.fields.iter().filter(|f| f.versions.contains(version));
+        for field in all {
+            let tagged = flexible && field.tag.is_some();
+            if field.tag.is_some() && !flexible {
+                continue;
+            }
+            let path = if tagged {
+                join(&format!("tagged_fields[].{}", field.name))
+            } else {
+                join(field.name)
+            };
+            match field.ty {
+                Ty::Array(elem) => {
+                    out.push(path.clone());
+                    match elem {
+                        Elem::Struct(inner) => {
+                            visit(inner, version, flexible, &format!("{path}[]"), out)
+                        }
+                        Elem::Prim(p) if p.fixed_size().is_none() => out.push(format!("{path}[]")),
+                        Elem::Prim(_) => {}
+                    }
+                }
+                Ty::One(Elem::Struct(inner)) => visit(inner, version, flexible, &path, out),
+                Ty::One(Elem::Prim(p)) if p.fixed_size().is_none() => out.push(path),
+                Ty::One(Elem::Prim(_)) => {}
+            }
+        }
+        if flexible {
+            out.push(join("tagged_fields"));
+            out.push(join("tagged_fields[]"));
+        }
+    }
+    let mut out = Vec::new();
+    let header_version = api_key.request_header_version(api_version);
+    let header = &layouts::REQUEST_HEADER;
+    let flexible = header.flexible.contains(header_version);
+    visit(header.body, header_version, flexible, "header", &mut out);
+    if let Some(body) = layout(api_key) {
+        visit(
+            body.body,
+            api_version,
+            body.flexible.contains(api_version),
+            "",
+            &mut out,
+        );
+    }
+    out
+}
+
+/// `path` with every array index emptied: `topics[3].name` becomes `topics[].name`.
+pub fn without_indexes(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push('[');
+            }
+            ']' => {
+                in_index = false;
+                out.push(']');
+            }
+            _ if in_index => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The layout of `api_key`'s request body, if the table has one.
