@@ -95,6 +95,7 @@ pub struct Metrics {
     http: Mutex<Vec<HttpSeries>>,
     http_bytes_in: AtomicU64,
     http_bytes_out: AtomicU64,
+    http_connections: HttpConnectionMetrics,
     records_in: AtomicU64,
     records_out: AtomicU64,
 }
@@ -108,6 +109,7 @@ impl Default for Metrics {
             http: Mutex::new(Vec::new()),
             http_bytes_in: AtomicU64::new(0),
             http_bytes_out: AtomicU64::new(0),
+            http_connections: HttpConnectionMetrics::default(),
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
         }
@@ -345,6 +347,8 @@ pub fn render(broker: &Broker) -> String {
             row.sum_micros,
         );
     }
+
+    render_http_connections(&mut out, &m.http_connections);
 
     // Bytes and records.
     out.family(
@@ -614,6 +618,111 @@ fn escape_label_value(out: &mut String, value: &str) {
 /// HELP text: backslash and line feed escaped.
 fn escape_help(help: &str) -> String {
     help.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+// HTTP API connections.
+
+/// Why the HTTP API closed a connection on its own, as the `reason` label.
+pub const HTTP_CONNECTION_CLOSE_REASONS: [&str; 5] = [
+    "header_timeout",
+    "body_timeout",
+    "idle",
+    "write_stalled",
+    "refused",
+];
+
+/// The HTTP API's connection counts.
+#[derive(Debug, Default)]
+struct HttpConnectionMetrics {
+    open: AtomicU64,
+    /// Indexed like [`HTTP_CONNECTION_CLOSE_REASONS`].
+    closed: [AtomicU64; HTTP_CONNECTION_CLOSE_REASONS.len()],
+}
+
+impl Metrics {
+    /// An HTTP connection was admitted (`true`) or has ended (`false`).
+    pub fn http_connection_open(&self, opened: bool) {
+        let open = &self.http_connections.open;
+        if opened {
+            open.fetch_add(1, Ordering::Relaxed);
+        } else {
+            open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The HTTP API closed (or refused) a connection for `reason`, one of
+    /// [`HTTP_CONNECTION_CLOSE_REASONS`] (others are not counted).
+    pub fn http_connection_closed(&self, reason: &str) {
+        if let Some(i) = HTTP_CONNECTION_CLOSE_REASONS
+            .iter()
+            .position(|r| *r == reason)
+        {
+            self.http_connections.closed[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// HTTP connections closed (or refused) for `reason` so far.
+    pub fn http_connections_closed(&self, reason: &str) -> u64 {
+        HTTP_CONNECTION_CLOSE_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .map_or(0, |i| {
+                self.http_connections.closed[i].load(Ordering::Relaxed)
+            })
+    }
+}
+
+fn render_http_connections(out: &mut Text, m: &HttpConnectionMetrics) {
+    out.family(
+        "sluice_http_connections",
+        "gauge",
+        "HTTP connections open now.",
+    );
+    out.sample(
+        "sluice_http_connections",
+        &[],
+        m.open.load(Ordering::Relaxed),
+    );
+    out.family(
+        "sluice_http_connections_closed_total",
+        "counter",
+        "HTTP connections the server closed or refused on its own, by reason (header_timeout, body_timeout, idle, write_stalled, refused).",
+    );
+    for (reason, count) in HTTP_CONNECTION_CLOSE_REASONS.iter().zip(&m.closed) {
+        out.sample(
+            "sluice_http_connections_closed_total",
+            &[("reason", reason)],
+            count.load(Ordering::Relaxed),
+        );
+    }
+}
+
+#[cfg(test)]
+mod http_connection_tests {
+    use super::*;
+
+    #[test]
+    fn http_connection_counts() {
+        let m = Metrics::default();
+        m.http_connection_open(true);
+        m.http_connection_open(true);
+        m.http_connection_open(false);
+        m.http_connection_closed("refused");
+        m.http_connection_closed("refused");
+        m.http_connection_closed("no such reason");
+        assert_eq!(m.http_connections.open.load(Ordering::Relaxed), 1);
+        assert_eq!(m.http_connections_closed("refused"), 2);
+        assert_eq!(m.http_connections_closed("idle"), 0);
+        let mut out = Text::default();
+        render_http_connections(&mut out, &m.http_connections);
+        assert!(out.0.contains("sluice_http_connections 1\n"), "{}", out.0);
+        assert!(
+            out.0
+                .contains("sluice_http_connections_closed_total{reason=\"refused\"} 2\n"),
+            "{}",
+            out.0
+        );
+    }
 }
 
 #[cfg(test)]
