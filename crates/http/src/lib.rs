@@ -14,10 +14,14 @@
 //! - `consume`: `GET /topics/{topic}/partitions/{p}/records`, a long poll;
 //! - `topics`, `offsets`: admin and consumer-group offsets;
 //! - [`auth`]: API keys (`Authorization: Bearer`), each with topic grants;
-//! - [`limits`]: body size, records per request, concurrent requests; request metrics;
+//! - [`limits`]: body size, records per request, concurrent requests, the body-read timeout;
+//!   request metrics;
+//! - [`conn`]: the accept loop, the connection cap, header-read, idle and write-stall
+//!   deadlines per connection;
 //! - `error`: every failure is a 4xx/5xx with a JSON `{"error": "..."}` saying what to fix.
 
 pub mod auth;
+pub mod conn;
 mod consume;
 mod error;
 mod health;
@@ -143,17 +147,8 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Serves the HTTP API on `listener` until `shutdown` becomes true; requests in flight are
-/// finished (long polls end early) before this returns.
+/// finished (long polls end early) before this returns. See [`conn`] for the connection
+/// limits.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let mut stop = state.shutdown.clone();
-    let app = router(Arc::clone(&state));
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|stopping| *stopping).await;
-        })
-        .await
+    conn::serve(listener, state).await
 }

@@ -10,23 +10,32 @@
 //!    answered 413 before any of the body is read. A body without a length (chunked) is cut off
 //!    at the same size by axum's [`DefaultBodyLimit`], and handlers turn that into 413
 //!    (`error::body_error`). Handlers check the records-per-request limit themselves;
-//! 3. metrics: method, route pattern, status, time to the response head, and body sizes go to
+//! 3. the body-read timeout ([`HttpConfig::body_read_timeout_ms`]): the whole body must arrive
+//!    within it, counted from the handler's first read of it. When it passes, the handler is
+//!    dropped, the request is answered 408 with `Connection: close` (the rest of the body is
+//!    never read) and its permit is released at once, so a stalled body cannot hold a request
+//!    slot. Why one deadline for the whole body rather than a limit on the pause between
+//!    reads: a client that sends a byte just before each pause limit would hold its slot for
+//!    as long as it liked; a whole-body deadline bounds the hold, whatever the client does;
+//! 4. metrics: method, route pattern, status, time to the response head, and body sizes go to
 //!    [`sluice_broker::metrics::Metrics::http_request`] once the response body is done.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body::{Frame, SizeHint};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 
 use crate::{ApiError, AppState, HttpConfig};
 
@@ -43,6 +52,7 @@ pub struct Limits {
     in_flight: Arc<Semaphore>,
     max_concurrent_requests: usize,
     max_body_bytes: usize,
+    body_read_timeout: Duration,
 }
 
 impl Limits {
@@ -53,6 +63,8 @@ impl Limits {
             in_flight: Arc::new(Semaphore::new(permits)),
             max_concurrent_requests: permits,
             max_body_bytes: config.max_body_bytes,
+            // 0 is refused by `sluice serve`; clamp so that no body times out at its first read.
+            body_read_timeout: Duration::from_millis(config.body_read_timeout_ms.max(1)),
         }
     }
 
@@ -121,6 +133,20 @@ async fn limit_and_measure(
         ));
         return meter.attach(error.into_response(), started);
     }
+    // A body that has yet to arrive gets the body-read deadline.
+    let timeout = state.limits.body_read_timeout;
+    let deadline = (!request.body().is_end_stream()).then(|| Arc::new(BodyDeadline::default()));
+    let request = match &deadline {
+        Some(deadline) => request.map(|body| {
+            Body::new(TimedBody {
+                inner: body,
+                timeout,
+                sleep: None,
+                deadline: Arc::clone(deadline),
+            })
+        }),
+        None => request,
+    };
     // A body without a declared length (chunked) is counted as it is read.
     let request = if declared_in.is_none() && !request.body().is_end_stream() {
         let counted = Arc::new(AtomicU64::new(0));
@@ -135,8 +161,46 @@ async fn limit_and_measure(
     } else {
         request
     };
-    let response = next.run(request).await;
-    meter.attach(response, started)
+    let Some(deadline) = deadline else {
+        let response = next.run(request).await;
+        return meter.attach(response, started);
+    };
+    let response = tokio::select! {
+        response = next.run(request) => Some(response),
+        () = deadline.expired() => None,
+    };
+    match response {
+        // A handler that saw the timeout as a read error may have answered first.
+        Some(response) if !deadline.has_expired() => meter.attach(response, started),
+        _ => {
+            // The handler (and with it the body) is gone; free the slot now, not after the
+            // answer has been written.
+            meter._permit = None;
+            // The 408 closes the connection (`Connection: close`).
+            state
+                .broker
+                .metrics()
+                .http_connection_closed("body_timeout");
+            meter.attach(body_timeout_response(timeout), started)
+        }
+    }
+}
+
+/// The 408 answer to a body that did not arrive in time.
+fn body_timeout_response(timeout: Duration) -> Response {
+    let error = ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        format!(
+            "the request body did not arrive within {} ms of starting to read it (body_read_timeout_ms); send the whole body without pausing, or send less per request",
+            timeout.as_millis()
+        ),
+    );
+    let mut response = error.into_response();
+    // The rest of the body is never read, so the connection cannot carry another request.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// A `Content-Length` header's value, if present and well formed.
@@ -251,6 +315,113 @@ impl HttpBody for CountedBody {
                     counter.fetch_add(n, Ordering::Relaxed);
                 }
             }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Shared between a [`TimedBody`] and the middleware that waits on it: set once the body's
+/// deadline has passed.
+#[derive(Debug, Default)]
+struct BodyDeadline {
+    expired: AtomicBool,
+    notify: Notify,
+}
+
+impl BodyDeadline {
+    fn expire(&self) {
+        self.expired.store(true, Ordering::Release);
+        // Stores a wakeup if the middleware is not waiting yet.
+        self.notify.notify_one();
+    }
+
+    fn has_expired(&self) -> bool {
+        self.expired.load(Ordering::Acquire)
+    }
+
+    async fn expired(&self) {
+        while !self.has_expired() {
+            self.notify.notified().await;
+        }
+    }
+}
+
+/// A request body that must arrive whole within `timeout` of its first read; past that it
+/// ends with an error and marks its [`BodyDeadline`] expired.
+///
+/// The deadline is checked whenever the handler reads (a body that trickles in is cut off at
+/// its next read after the deadline) and by a timer while the handler waits for more.
+#[derive(Debug)]
+struct TimedBody {
+    inner: Body,
+    timeout: Duration,
+    /// Started at the first read; `None` again once the body is complete.
+    sleep: Option<Pin<Box<Sleep>>>,
+    deadline: Arc<BodyDeadline>,
+}
+
+/// The error a [`TimedBody`] ends with.
+#[derive(Debug)]
+struct BodyTimedOut(Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive within {} ms",
+            self.0.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if this.deadline.has_expired() {
+            return Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(this.timeout)))));
+        }
+        if this.inner.is_end_stream() {
+            this.sleep = None;
+            return Pin::new(&mut this.inner).poll_frame(cx);
+        }
+        let timeout = this.timeout;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let late = match &polled {
+            // Done: the deadline no longer applies.
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+                this.sleep = None;
+                return polled;
+            }
+            // (`Sleep::is_elapsed` is only updated once the timer has been polled.)
+            Poll::Ready(Some(Ok(_))) => tokio::time::Instant::now() >= sleep.deadline(),
+            Poll::Pending => sleep.as_mut().poll(cx).is_ready(),
+        };
+        if late {
+            this.sleep = None;
+            this.deadline.expire();
+            return Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(timeout)))));
+        }
+        if this.inner.is_end_stream() {
+            this.sleep = None;
         }
         polled
     }
