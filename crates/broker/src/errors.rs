@@ -17,6 +17,10 @@ pub fn log_error_code(e: &LogError) -> i16 {
         LogError::Corrupt { .. } | LogError::CorruptIndex { .. } => {
             ResponseError::KafkaStorageError.code()
         }
+        // A full disk: the append failed alone and the partition is healthy. Kafka clients
+        // treat KAFKA_STORAGE_ERROR as retriable (they refresh metadata and send again), which
+        // is what a full disk wants: the retry succeeds once space is freed.
+        LogError::NoSpace { .. } => ResponseError::KafkaStorageError.code(),
         LogError::Io { .. } | LogError::Failed { .. } => ResponseError::KafkaStorageError.code(),
         LogError::Closed { .. } => ResponseError::UnknownTopicOrPartition.code(),
         LogError::Config(_) => ResponseError::InvalidConfig.code(),

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::FlushPolicy;
 use crate::partition::PartitionShared;
+use crate::space::DataDirSpace;
 
 /// Settings of a [`GroupCommitter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +119,8 @@ pub(crate) struct CommitShared {
     queue: Mutex<Queue>,
     wake: Condvar,
     pub(crate) stats: CommitStats,
+    /// Free-space state of the data directory whose partitions this committer serves.
+    space: DataDirSpace,
 }
 
 /// The group-commit service shared by the partition logs of one data directory.
@@ -130,7 +133,15 @@ pub struct GroupCommitter {
 }
 
 impl GroupCommitter {
+    /// Starts a committer for partition logs outside any data directory (tests, benchmarks):
+    /// its [`DataDirSpace`] is a detached one.
     pub fn start(config: CommitConfig) -> GroupCommitter {
+        Self::start_with_space(config, DataDirSpace::detached())
+    }
+
+    /// Starts a committer for the partition logs of one data directory, which report full-disk
+    /// errors and successful appends to `space` (see `space.rs`).
+    pub fn start_with_space(config: CommitConfig, space: DataDirSpace) -> GroupCommitter {
         let sync_threads = config.sync_threads.max(1);
         let shared = Arc::new(CommitShared {
             config,
@@ -142,6 +153,7 @@ impl GroupCommitter {
             }),
             wake: Condvar::new(),
             stats: CommitStats::default(),
+            space,
         });
         let threads = (0..sync_threads)
             .map(|i| {
@@ -157,6 +169,11 @@ impl GroupCommitter {
 
     pub fn config(&self) -> CommitConfig {
         self.shared.config
+    }
+
+    /// The free-space state of the data directory this committer serves.
+    pub fn space(&self) -> &DataDirSpace {
+        &self.shared.space
     }
 
     pub fn stats(&self) -> CommitStatsSnapshot {
@@ -237,6 +254,10 @@ impl CommitHandle {
 
     pub fn stats(&self) -> &CommitStats {
         &self.shared.stats
+    }
+
+    pub fn space(&self) -> &DataDirSpace {
+        &self.shared.space
     }
 }
 

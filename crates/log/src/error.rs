@@ -67,11 +67,29 @@ pub enum LogError {
     },
     #[error("corrupt index {path}: {detail}")]
     CorruptIndex { path: PathBuf, detail: String },
-    /// A previous write or fdatasync failed. After a failed fdatasync the kernel may have dropped
-    /// the dirty pages, so nothing written since the last successful sync can be trusted: the
-    /// partition refuses further appends until it is reopened (which runs recovery).
+    /// The disk (or the user's quota) had no room for a write: ENOSPC or EDQUOT from writing
+    /// segment data or an index, or from creating a new segment's files. Only the append that
+    /// hit it failed: whatever part of it reached the file was cut off again, and the log is
+    /// unchanged and healthy. The next append simply tries again, and succeeds once space has
+    /// been freed. (ENOSPC from an fdatasync is not this: see [`LogError::Failed`].)
     #[error(
-        "partition log at {path} is failed after an earlier I/O error ({source}); reopen it to recover"
+        "no space left on the device for {op} {path}: the data directory is full ({source}); \
+         nothing was written; free space (retention, deleting topics) and retry"
+    )]
+    NoSpace {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A previous fdatasync (or a write failing with an I/O error other than a full disk)
+    /// failed. After a failed fdatasync the kernel may have dropped the dirty pages and cleared
+    /// the error, so a second fdatasync could report success for data that never reached the
+    /// disk: the partition refuses further appends until it is reopened (which runs recovery).
+    /// Reads of data that was durable before the failure keep working.
+    #[error(
+        "partition log at {path} refuses appends after an I/O error ({source}); data durable \
+         before it stays readable; restart the broker (reopen the log) to recover"
     )]
     Failed {
         path: PathBuf,
@@ -85,6 +103,27 @@ pub enum LogError {
 }
 
 impl LogError {
+    /// An error from a write (or a file creation): [`LogError::NoSpace`] when the disk or quota
+    /// is full, [`LogError::Io`] otherwise. Never use it for fdatasync or fsync errors: those
+    /// are never recoverable (see [`LogError::Failed`]).
+    pub(crate) fn write(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        if is_no_space(&source) {
+            LogError::NoSpace {
+                op,
+                path: path.into(),
+                source,
+            }
+        } else {
+            LogError::io(op, path, source)
+        }
+    }
+
+    /// Whether this is [`LogError::NoSpace`]: the append failed for want of space, and the log
+    /// is healthy.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, LogError::NoSpace { .. })
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         LogError::Io {
             op,
@@ -92,6 +131,14 @@ impl LogError {
             source,
         }
     }
+}
+
+/// Whether an I/O error means "no room": ENOSPC (the filesystem is full) or EDQUOT (the user's
+/// quota is).
+pub fn is_no_space(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || error.kind() == io::ErrorKind::StorageFull
+        || error.kind() == io::ErrorKind::QuotaExceeded
 }
 
 pub type Result<T, E = LogError> = std::result::Result<T, E>;

@@ -1,7 +1,15 @@
 //! Sparse per-segment indexes: offset → file position, and timestamp → offset.
 //!
 //! Both are derived data: recovery can always rebuild them by scanning the segment, so they are
-//! never on the durability path of an append. Entries live in the index file, searched with
+//! never on the durability path of an append.
+//!
+//! A full disk: writing the in-memory tail out can fail with ENOSPC. [`SparseIndex::flush`] then
+//! cuts the file back to the entries it held before (so no partly written entry stays) and keeps
+//! the tail, so the next flush writes the same entries again. The segment makes room in the
+//! tail *before* it writes an append's data (see `Segment::append`), so a full disk fails the
+//! append, not the index; only an append with more entries than a whole tail can still find the
+//! tail full mid-way, and then the entries are dropped with a warning: the index only gets
+//! sparser, and every lookup stays correct (it walks forward from whatever entry it finds). Entries live in the index file, searched with
 //! positioned reads (the page cache keeps hot ones in memory); the active segment also keeps its
 //! newest [`TAIL_ENTRIES`] entries in a fixed in-memory tail, written out when it fills. Memory
 //! therefore does not grow with segment size or segment count.
@@ -15,6 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{LogError, Result};
+use crate::faults::{Allowance, DiskFaults};
 
 /// A fixed-size index entry.
 pub(crate) trait Entry: Copy + std::fmt::Debug {
@@ -97,24 +106,33 @@ pub(crate) struct SparseIndex<E: Entry> {
     tail: Vec<E>,
     /// The last entry, for cheap appends and recovery checks.
     last: Option<E>,
+    faults: DiskFaults,
 }
 
 impl<E: Entry> SparseIndex<E> {
     /// A new, empty active index; creates (or empties) its file.
-    pub fn create(path: PathBuf) -> Result<Self> {
-        Self::resume(path, 0, None)
+    pub fn create(path: PathBuf, faults: DiskFaults) -> Result<Self> {
+        faults
+            .create()
+            .map_err(|e| LogError::write("create index", &path, e))?;
+        Self::resume(path, 0, None, faults)
     }
 
     /// Continues an active index whose file holds `valid` trusted entries (anything after them,
     /// such as a torn partial entry, is cut off), the last of which is `last`.
-    pub fn resume(path: PathBuf, valid: usize, last: Option<E>) -> Result<Self> {
+    pub fn resume(
+        path: PathBuf,
+        valid: usize,
+        last: Option<E>,
+        faults: DiskFaults,
+    ) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| LogError::io("open index", &path, e))?;
+            .map_err(|e| LogError::write("open index", &path, e))?;
         let len = (valid * E::BYTES) as u64;
         let current = file
             .metadata()
@@ -130,6 +148,7 @@ impl<E: Entry> SparseIndex<E> {
             flushed: valid,
             tail: Vec::with_capacity(TAIL_ENTRIES),
             last,
+            faults,
         })
     }
 
@@ -142,6 +161,7 @@ impl<E: Entry> SparseIndex<E> {
             flushed: len,
             tail: Vec::new(),
             last,
+            faults: DiskFaults::none(),
         }
     }
 
@@ -152,22 +172,39 @@ impl<E: Entry> SparseIndex<E> {
         self.last
     }
 
+    /// Entries that can be pushed before the tail must be written to the file.
+    pub fn tail_room(&self) -> usize {
+        TAIL_ENTRIES - self.tail.len()
+    }
+
     /// Adds an entry to the active index. Never allocates. If writing a full tail to the file
     /// fails, those entries are dropped with a warning: the index only gets sparser, and every
-    /// lookup stays correct (a lookup walks forward from whatever entry it finds).
+    /// lookup stays correct (a lookup walks forward from whatever entry it finds). Callers
+    /// that must not lose entries make room first ([`SparseIndex::tail_room`], `flush`).
     pub fn push(&mut self, entry: E) {
         debug_assert!(self.file.is_some(), "push on a sealed index");
         if self.tail.len() == TAIL_ENTRIES
             && let Err(e) = self.flush()
         {
             tracing::warn!(error = %e, "dropping index entries");
-            self.tail.clear();
+            self.drop_tail();
         }
         self.tail.push(entry);
         self.last = Some(entry);
     }
 
-    /// Writes the in-memory tail to the file (no fsync).
+    /// Forgets the unwritten tail; `last` becomes the last entry in the file.
+    fn drop_tail(&mut self) {
+        self.tail.clear();
+        self.last = match self.flushed {
+            0 => None,
+            n => self.read_entry(n - 1).ok(),
+        };
+    }
+
+    /// Writes the in-memory tail to the file (no fsync). On error the file is cut back to the
+    /// entries it held before and the tail is kept, so a later flush writes the same entries
+    /// at the same place.
     pub fn flush(&mut self) -> Result<()> {
         if self.tail.is_empty() {
             return Ok(());
@@ -178,14 +215,26 @@ impl<E: Entry> SparseIndex<E> {
         // Encode through a fixed stack buffer: no allocation.
         let mut buf = [0u8; 16 * 64];
         let per_chunk = buf.len() / E::BYTES;
-        let mut at = (self.flushed * E::BYTES) as u64;
+        let start = (self.flushed * E::BYTES) as u64;
+        let mut at = start;
         for chunk in self.tail.chunks(per_chunk) {
             let n = chunk.len() * E::BYTES;
             for (slot, entry) in buf[..n].chunks_exact_mut(E::BYTES).zip(chunk) {
                 entry.encode(slot);
             }
-            file.write_all_at(&buf[..n], at)
-                .map_err(|e| LogError::io("write index", &self.path, e))?;
+            let written = match self.faults.write(n as u64) {
+                Allowance::All => file.write_all_at(&buf[..n], at),
+                Allowance::Partial { bytes, error } => file
+                    .write_all_at(&buf[..bytes as usize], at)
+                    .and(Err(error)),
+            };
+            if let Err(e) = written {
+                // Best effort: a partial entry past `flushed` is harmless (lookups read only
+                // `flushed` entries, recovery ignores a partial one), but a clean file is
+                // easier to reason about.
+                let _ = file.set_len(start);
+                return Err(LogError::write("write index", &self.path, e));
+            }
             at += n as u64;
         }
         self.flushed += self.tail.len();
@@ -193,25 +242,47 @@ impl<E: Entry> SparseIndex<E> {
         Ok(())
     }
 
-    /// Flushes the tail and fsyncs the file: after this, recovery may trust it.
+    /// Flushes the tail and fsyncs the file: after this, recovery may trust it. A failed
+    /// flush is [`LogError::NoSpace`] on a full disk (nothing changed; try again later); a
+    /// failed fsync is always [`LogError::Io`] and never to be retried.
     pub fn sync(&mut self) -> Result<()> {
         self.flush()?;
         if let Some(file) = &self.file {
-            file.sync_data()
+            self.faults
+                .sync()
+                .and_then(|()| file.sync_data())
                 .map_err(|e| LogError::io("fsync index", &self.path, e))?;
         }
         Ok(())
     }
 
     /// Syncs the index and turns it into a sealed one: no more entries, no open file.
+    #[cfg(test)]
     pub fn seal(&mut self) -> Result<()> {
         self.sync()?;
-        self.file = None;
-        self.tail = Vec::new();
+        self.close();
         Ok(())
     }
 
-    /// Turns an unchanged index into a sealed one without writing anything.
+    /// [`SparseIndex::seal`] for recovery, where a full disk must not stop a log from opening:
+    /// if the tail cannot be written for want of space, it is dropped (with a warning) and the
+    /// entries already in the file are sealed. Recovery extends the index again at a later
+    /// open.
+    pub fn seal_best_effort(&mut self) -> Result<()> {
+        match self.flush() {
+            Ok(()) => {}
+            Err(e) if e.is_no_space() => {
+                tracing::warn!(error = %e, entries_dropped = self.tail.len(), "sealing a recovered index without its newest entries");
+                self.drop_tail();
+            }
+            Err(e) => return Err(e),
+        }
+        self.sync()?;
+        self.close();
+        Ok(())
+    }
+
+    /// Turns an unchanged (or just synced) index into a sealed one without writing anything.
     pub fn close(&mut self) {
         debug_assert!(
             self.tail.is_empty(),
@@ -219,6 +290,24 @@ impl<E: Entry> SparseIndex<E> {
         );
         self.file = None;
         self.tail = Vec::new();
+    }
+
+    /// Entry `i` of the file.
+    fn read_entry(&self, i: usize) -> Result<E> {
+        let opened;
+        let file = match &self.file {
+            Some(file) => file,
+            None => {
+                opened = File::open(&self.path)
+                    .map_err(|e| LogError::io("open index", &self.path, e))?;
+                &opened
+            }
+        };
+        let mut buf = [0u8; 16];
+        let buf = &mut buf[..E::BYTES];
+        file.read_exact_at(buf, (i * E::BYTES) as u64)
+            .map_err(|e| LogError::io("read index", &self.path, e))?;
+        Ok(E::decode(buf))
     }
 
     /// The last entry whose key is at most `key`.
@@ -281,7 +370,7 @@ mod tests {
     fn floor_agrees_across_tail_file_and_sealed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.index");
-        let mut idx = SparseIndex::<OffsetEntry>::create(path.clone()).unwrap();
+        let mut idx = SparseIndex::<OffsetEntry>::create(path.clone(), DiskFaults::none()).unwrap();
         // More than one tail's worth, so some entries are in the file and some in memory.
         let n = (TAIL_ENTRIES * 2 + 17) as u32;
         for i in 0..n {
@@ -315,7 +404,7 @@ mod tests {
     fn resume_cuts_a_torn_entry_and_continues() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.timeindex");
-        let mut idx = SparseIndex::<TimeEntry>::create(path.clone()).unwrap();
+        let mut idx = SparseIndex::<TimeEntry>::create(path.clone(), DiskFaults::none()).unwrap();
         for i in 0..3 {
             idx.push(TimeEntry {
                 timestamp: i,
@@ -329,7 +418,9 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let entries = read_entries::<TimeEntry>(&path).unwrap().unwrap();
         assert_eq!(entries.len(), 3);
-        let mut idx = SparseIndex::resume(path.clone(), 3, entries.last().copied()).unwrap();
+        let mut idx =
+            SparseIndex::resume(path.clone(), 3, entries.last().copied(), DiskFaults::none())
+                .unwrap();
         idx.push(TimeEntry {
             timestamp: 9,
             relative_offset: 9,

@@ -42,7 +42,11 @@
 //! - `index`: sparse offset and time indexes (in memory while active, on disk when sealed).
 //! - `recovery`: opening a directory after a crash; the decision table lives there.
 //! - `commit`: group commit, the sync threads.
-//! - `partition`: the log itself, retention, timestamp lookup, close and delete.
+//! - `partition`: the log itself, retention, timestamp lookup, close and delete; what a full
+//!   disk and a failed fdatasync each do (a state to wait out, and a failure).
+//! - `space`: [`DataDirSpace`], whether a data directory is full, shared by everything that
+//!   writes into it.
+//! - `faults`: [`DiskFaults`], the seam through which tests inject full disks and failed syncs.
 //!
 //! Files in a partition directory: `<base offset, 20 digits>.log` (segment data),
 //! `.index` (offset → position), `.timeindex` (timestamp → offset) and, after a clean shutdown
@@ -64,10 +68,12 @@ mod clock;
 mod commit;
 mod config;
 mod error;
+mod faults;
 mod index;
 mod partition;
 mod recovery;
 mod segment;
+mod space;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{
@@ -78,6 +84,8 @@ pub use config::{
     FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
     SEVEN_DAYS_MS,
 };
-pub use error::{BatchError, LogError, Result};
+pub use error::{BatchError, LogError, Result, is_no_space};
+pub use faults::DiskFaults;
 pub use partition::{Appended, Durable, PartitionLog, ReadResult, RetentionOutcome};
 pub use recovery::{CLEAN_SHUTDOWN_MARKER, RecoveryAction, RecoveryReport};
+pub use space::{DataDirSpace, RECHECK_INTERVAL, ROOM_BYTES_MAX, SpaceStatus, statvfs};

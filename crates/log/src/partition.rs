@@ -10,6 +10,28 @@
 //!
 //! Locking: one mutex per partition guards the segment list and the durable point. Appends write
 //! under it (one `pwritev`); fdatasync and the bulk of reads run outside it.
+//!
+//! ## When the disk fails: a full disk is a state, a failed sync is a failure
+//!
+//! - **A write that finds no room** (ENOSPC or EDQUOT from writing segment data or an index, or
+//!   from creating the files of a new segment at a roll) fails that append alone, with
+//!   [`LogError::NoSpace`]. Whatever part of it reached the file is cut off again, and the
+//!   in-memory state (next offset, segment size, indexes) is what it was before, so the offsets
+//!   stay contiguous. The partition stays healthy: reads go on, and the next append simply
+//!   tries again, succeeding once space has been freed (retention, a deleted topic, an
+//!   operator). Nothing is lost or pretended: a write that fails was never durable, never
+//!   acknowledged, and is gone from the file. The data directory's [`crate::DataDirSpace`] hears of it
+//!   (and of every later successful append), which is how the broker knows the directory is
+//!   full.
+//! - **An fdatasync (or fsync) that fails**, whatever its errno (EIO; ENOSPC reported at sync
+//!   time by a filesystem that allocates late), is not retried and the partition refuses every
+//!   later append with [`LogError::Failed`] until it is reopened (a broker restart runs
+//!   recovery). After a failed fdatasync the kernel may have dropped the dirty pages and cleared
+//!   the error, so a second fdatasync could return success for data that is no longer anywhere:
+//!   retrying would acknowledge lost data. Other write errors than a full disk (EIO from a
+//!   write) are treated the same way. Reads keep working for everything that was durable
+//!   before the failure (below the high watermark): those bytes were on disk when their
+//!   fdatasync succeeded, and readers never go past the high watermark.
 
 use std::collections::VecDeque;
 use std::fs;
@@ -26,6 +48,7 @@ use crate::clock::Clock;
 use crate::commit::{CommitHandle, CommitStats, GroupCommitter};
 use crate::config::LogConfig;
 use crate::error::{BatchError, LogError, Result};
+use crate::faults::DiskFaults;
 use crate::recovery::{self, CLEAN_SHUTDOWN_MARKER, RecoveryReport};
 use crate::segment::Segment;
 
@@ -91,12 +114,14 @@ pub(crate) struct PartitionShared {
     durable_changed: tokio::sync::Notify,
     /// True while the partition sits in the commit queue.
     queued: AtomicBool,
-    /// Set once after a failed write or fdatasync; the partition then refuses appends.
+    /// Set once after a failed fdatasync (or a write error other than a full disk); the
+    /// partition then refuses appends, and reads stop at the high watermark as always.
     failed: OnceLock<Arc<io::Error>>,
     /// Set when the partition's data is deleted.
     deleted: AtomicBool,
     commit: CommitHandle,
     clock: Arc<dyn Clock>,
+    faults: DiskFaults,
 }
 
 /// A durable, segmented log for one partition. Cheap to clone; clones share the log.
@@ -150,9 +175,28 @@ impl PartitionLog {
         committer: &GroupCommitter,
         clock: Arc<dyn Clock>,
     ) -> Result<PartitionLog> {
+        Self::open_with(dir, config, committer, clock, DiskFaults::none())
+    }
+
+    /// [`PartitionLog::open`] with injected disk faults (for tests; see [`DiskFaults`]).
+    pub fn open_with(
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        committer: &GroupCommitter,
+        clock: Arc<dyn Clock>,
+        faults: DiskFaults,
+    ) -> Result<PartitionLog> {
         config.validate()?;
         let dir = dir.into();
-        let recovered = recovery::recover(&dir, &config)?;
+        let recovered = match recovery::recover(&dir, &config, &faults) {
+            Ok(recovered) => recovered,
+            Err(e) => {
+                if let LogError::NoSpace { op, path, source } = &e {
+                    committer.space().no_space(op, path, source);
+                }
+                return Err(e);
+            }
+        };
         let segments: VecDeque<Segment> = recovered.segments.into();
         let active = segments.back().expect("recovery leaves an active segment");
         let durable = DurablePoint {
@@ -177,6 +221,7 @@ impl PartitionLog {
             deleted: AtomicBool::new(false),
             commit: committer.handle(),
             clock,
+            faults,
         });
         Ok(PartitionLog {
             shared,
@@ -200,22 +245,31 @@ impl PartitionLog {
     /// if any is invalid, nothing is written. On success the data is *appended*: in the segment
     /// file's page cache, with offsets assigned, not yet durable or readable. Await
     /// [`Appended::durable`] before acknowledging it.
+    ///
+    /// Errors that leave the log unchanged and healthy: [`LogError::InvalidBatch`], and
+    /// [`LogError::NoSpace`] when the disk is full (retry later; see the module doc). After
+    /// [`LogError::Failed`] (or an [`LogError::Io`] that caused it) the partition refuses
+    /// appends until reopened.
     pub fn append(&self, data: &[u8]) -> Result<Appended> {
         validate(data)?;
         let shared = &self.shared;
         let (base_offset, last_offset) = {
-            let mut st = self.lock_open()?;
-            self.maybe_roll(&mut st, data.len() as u64)?;
+            let mut st = self.lock_writable()?;
             let config = st.config;
-            let active = st.active_mut();
-            let base_offset = active.next_offset;
-            let before = active.size;
-            if let Err(e) = active.append(data, &config) {
-                if let LogError::Io { source, .. } = &e {
-                    shared.fail(io::Error::new(source.kind(), source.to_string()));
+            let result = self.maybe_roll(&mut st, data.len() as u64).and_then(|()| {
+                let active = st.active_mut();
+                let before = (active.next_offset, active.size);
+                active.append(data, &config).map(|()| before)
+            });
+            let (base_offset, before) = match result {
+                Ok(before) => before,
+                Err(e) => {
+                    shared.write_failed(&e);
+                    return Err(e);
                 }
-                return Err(e);
-            }
+            };
+            shared.commit.space().wrote();
+            let active = st.active_mut();
             if active.first_append_ms.is_none() {
                 active.first_append_ms = Some(shared.clock.now_ms());
             }
@@ -242,8 +296,11 @@ impl PartitionLog {
     ///
     /// `offset` at or past the high watermark (but not past the last appended offset) reads
     /// nothing; below the log start or past the log end is [`LogError::OffsetOutOfRange`].
+    ///
+    /// Reads work on a full disk and after a failed fdatasync alike: they only ever return
+    /// data below the high watermark, which was durable before any failure.
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadResult> {
-        let st = self.lock_open()?;
+        let st = self.lock_readable()?;
         let log_start = st.log_start();
         let high_watermark = st.durable.offset;
         let log_end = st.active().next_offset;
@@ -289,7 +346,7 @@ impl PartitionLog {
     /// durable data; `None` if every record is older. (For a compressed batch the answer is the
     /// batch's base offset and max timestamp: the log does not decompress.)
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
-        let st = self.lock_open()?;
+        let st = self.lock_readable()?;
         for segment in &st.segments {
             if segment.is_empty() || segment.max_timestamp < timestamp {
                 continue;
@@ -370,17 +427,25 @@ impl PartitionLog {
     }
 
     /// Rolls the active segment now if it is older than `segment_ms` (appends also check this).
+    /// On a full disk this fails with [`LogError::NoSpace`] and the active segment stays active.
     pub fn roll_if_aged(&self) -> Result<()> {
-        let mut st = self.lock_open()?;
-        self.maybe_roll(&mut st, 0)
+        let mut st = self.lock_writable()?;
+        let result = self.maybe_roll(&mut st, 0);
+        if let Err(e) = &result {
+            self.shared.write_failed(e);
+        }
+        result
     }
 
     /// Deletes sealed segments past the retention limits: those whose newest record is older
     /// than `retention_ms`, then the oldest while the log would still hold `retention_bytes`
     /// without them. The active segment is never deleted. Advances the log start offset.
+    ///
+    /// Runs on a failed partition too (it only deletes whole sealed segments), so the space it
+    /// frees can serve the other partitions of the data directory.
     pub fn apply_retention(&self) -> Result<RetentionOutcome> {
         let now = self.shared.clock.now_ms();
-        let mut st = self.lock_open()?;
+        let mut st = self.lock_readable()?;
         let mut outcome = RetentionOutcome::default();
         let mut deleted = Vec::new();
         while st.segments.len() > 1 {
@@ -440,13 +505,9 @@ impl PartitionLog {
             segment_base: active.base_offset,
             position: active.size,
         };
-        active
-            .file
-            .sync_data()
-            .map_err(|e| LogError::io("fdatasync segment", &active.path, e))?;
-        let active = st.active_mut();
-        active.offset_index.sync()?;
-        active.time_index.sync()?;
+        // On a full disk the index tails may not fit: then there is no clean-shutdown marker
+        // and the next open rebuilds the indexes (the data itself is synced first).
+        st.active_mut().sync_for_close()?;
         self.shared.publish(&mut st, point);
         let marker = self.shared.dir.join(CLEAN_SHUTDOWN_MARKER);
         fs::File::create(&marker)
@@ -483,13 +544,20 @@ impl PartitionLog {
         self.shared.lock()
     }
 
-    fn lock_open(&self) -> Result<MutexGuard<'_, State>> {
+    /// The state, if the log is open (failed or not): for reads.
+    fn lock_readable(&self) -> Result<MutexGuard<'_, State>> {
         let st = self.lock();
         if st.closed {
             return Err(LogError::Closed {
                 path: self.shared.dir.clone(),
             });
         }
+        Ok(st)
+    }
+
+    /// The state, if the log is open and not failed: for appends.
+    fn lock_writable(&self) -> Result<MutexGuard<'_, State>> {
+        let st = self.lock_readable()?;
         if let Some(err) = self.shared.failed.get() {
             return Err(LogError::Failed {
                 path: self.shared.dir.clone(),
@@ -515,38 +583,68 @@ impl PartitionLog {
         if !(full || aged) {
             return Ok(());
         }
-        let result = self.roll(st);
-        if let Err(LogError::Io { source, .. }) = &result {
-            self.shared
-                .fail(io::Error::new(source.kind(), source.to_string()));
-        }
-        result
+        self.roll(st)
     }
 
+    /// Seals the active segment and starts the next one.
+    ///
+    /// Order matters for recovery: the old segment is durable (data and indexes) before the
+    /// new file exists, and the new file's directory entry is durable before it takes data.
+    /// The steps that can meet a full disk come where failing leaves a log recovery agrees with:
+    /// 1. write the index tails (ENOSPC: nothing changed, the segment stays active);
+    /// 2. fdatasync the data, fsync the indexes (any failure is a failed sync: fatal);
+    /// 3. create the next segment's three files (ENOSPC: whatever was created is removed and
+    ///    the directory fsynced, and the old segment, complete and durable, stays the active
+    ///    one; if that cleanup fails, the partition fails, since a stray empty newest segment
+    ///    would make recovery treat the old one as sealed while it still takes appends);
+    /// 4. fsync the directory (fatal on failure);
+    /// 5. close the old segment's index files (no I/O).
     fn roll(&self, st: &mut State) -> Result<()> {
-        // Order matters for recovery: the old segment is durable (data and indexes) before the
-        // new file exists, and the new file's directory entry is durable before it takes data.
         let durable = st.durable;
+        let dir = &self.shared.dir;
         let active = st.active_mut();
         let unsynced = if durable.segment_base == active.base_offset {
             active.size.saturating_sub(durable.position)
         } else {
             0
         };
-        active.seal()?;
+        active.prepare_seal()?;
         let stats = self.shared.commit.stats();
         stats.fdatasyncs.fetch_add(1, Ordering::Relaxed);
         stats.bytes_synced.fetch_add(unsynced, Ordering::Relaxed);
-        let next = active.next_offset;
-        let point = DurablePoint {
-            offset: next,
-            segment_base: next,
-            position: 0,
+        let (old_base, next, old_size) = (active.base_offset, active.next_offset, active.size);
+        // The old segment is durable whatever happens next.
+        self.shared.publish(
+            st,
+            DurablePoint {
+                offset: next,
+                segment_base: old_base,
+                position: old_size,
+            },
+        );
+        let segment = match Segment::create(dir, next, self.shared.faults.clone()) {
+            Ok(segment) => segment,
+            Err(e) => {
+                recovery::delete_segment_files(dir, next)
+                    .and_then(|()| recovery::sync_dir(dir))
+                    .map_err(|cleanup| {
+                        tracing::error!(partition = %dir.display(), error = %e, cleanup = %cleanup, "could not remove a half-created segment");
+                        cleanup
+                    })?;
+                return Err(e);
+            }
         };
-        let segment = Segment::create(&self.shared.dir, next)?;
-        recovery::sync_dir(&self.shared.dir)?;
+        recovery::sync_dir(dir)?;
+        st.active_mut().finish_seal();
         st.segments.push_back(segment);
-        self.shared.publish(st, point);
+        self.shared.publish(
+            st,
+            DurablePoint {
+                offset: next,
+                segment_base: next,
+                position: 0,
+            },
+        );
         Ok(())
     }
 }
@@ -601,7 +699,7 @@ impl PartitionShared {
             (Arc::clone(&active.file), point)
         };
         let started = Instant::now();
-        let result = file.sync_data();
+        let result = self.faults.sync().and_then(|()| file.sync_data());
         let micros = started.elapsed().as_micros() as u64;
         stats.record_fdatasync(micros);
         match result {
@@ -617,13 +715,30 @@ impl PartitionShared {
                 self.publish(&mut st, point);
             }
             Err(e) => {
-                tracing::error!(
-                    partition = %self.dir.display(),
-                    error = %e,
-                    "fdatasync failed; partition refuses appends until reopened"
-                );
+                if crate::error::is_no_space(&e) {
+                    self.commit.space().no_space("fdatasync", &self.dir, &e);
+                }
                 self.fail(e);
             }
+        }
+    }
+
+    /// Handles an append's (or roll's) error: a full disk is reported to the data directory's
+    /// space state and leaves the partition healthy; any other I/O error fails the partition.
+    fn write_failed(&self, e: &LogError) {
+        match e {
+            LogError::NoSpace { op, path, source } => {
+                self.commit.space().no_space(op, path, source);
+            }
+            LogError::Io { source, .. } => {
+                if crate::error::is_no_space(source) {
+                    // ENOSPC from a sync at a roll: fatal like any failed sync, but the
+                    // directory is full all the same.
+                    self.commit.space().no_space("fdatasync", &self.dir, source);
+                }
+                self.fail(io::Error::new(source.kind(), e.to_string()));
+            }
+            _ => {}
         }
     }
 
@@ -638,7 +753,16 @@ impl PartitionShared {
         }
     }
 
+    /// Fails the partition for good (until reopened): appends are refused, reads go on.
     fn fail(&self, error: io::Error) {
+        if self.failed.get().is_none() {
+            tracing::error!(
+                partition = %self.dir.display(),
+                error = %error,
+                "partition refuses appends until the broker restarts (a failed fdatasync is \
+                 never retried: the kernel may have dropped the data); durable data stays readable"
+            );
+        }
         let _ = self.failed.set(Arc::new(error));
         self.durable_changed.notify_waiters();
     }

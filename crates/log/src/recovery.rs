@@ -23,6 +23,16 @@
 //! | empty segment                                 | keep as the active segment    | delete it                 |
 //! | stray `*.tmp`, index without a segment        | deleted                       | deleted                   |
 //!
+//! A failed append on a full disk is cut back at once (see `segment.rs`); only a crash between
+//! the partial write and the cut can leave its bytes behind, and then they are a torn tail of
+//! the newest segment like any other (never acknowledged, truncated by the rows above). A roll
+//! that could not create the next segment's files removes what it created and fsyncs the
+//! directory before the old segment takes another append, so the newest segment on disk is
+//! always the one that takes appends. Recovery itself on a full disk: it only shrinks files,
+//! except for index entries it would add to sealed segments; those it drops when there is no
+//! room (indexes are derived data), so a full disk never stops an existing log from opening
+//! (a new one needs room for its directory and first segment's files).
+//!
 //! Truncating the newest segment is safe because an append is acknowledged only once an
 //! fdatasync covered it, and every later append starts after it: a torn or corrupt batch is
 //! always past the durable prefix, and so is everything after it. A sealed segment was durable
@@ -35,6 +45,7 @@ use std::path::{Path, PathBuf};
 use crate::batch::BatchView;
 use crate::config::LogConfig;
 use crate::error::{LogError, Result};
+use crate::faults::DiskFaults;
 use crate::index::{self, OffsetEntry, SparseIndex, TimeEntry};
 use crate::segment::{self, Scan, ScanEnd, Segment};
 
@@ -83,9 +94,9 @@ pub(crate) struct Recovered {
 }
 
 /// Opens (creating if needed) the partition directory `dir` and recovers its segments.
-pub(crate) fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
+pub(crate) fn recover(dir: &Path, config: &LogConfig, faults: &DiskFaults) -> Result<Recovered> {
     let created = !dir.exists();
-    fs::create_dir_all(dir).map_err(|e| LogError::io("create partition dir", dir, e))?;
+    fs::create_dir_all(dir).map_err(|e| LogError::write("create partition dir", dir, e))?;
     if created && let Some(parent) = dir.parent() {
         sync_dir(parent)?;
     }
@@ -126,6 +137,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
             is_last,
             report.clean_shutdown,
             config,
+            faults,
             &mut report,
         )?;
         if seg.is_empty() && !is_last {
@@ -149,7 +161,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         segments.push(seg);
     }
     if segments.is_empty() {
-        segments.push(Segment::create(dir, 0)?);
+        segments.push(Segment::create(dir, 0, faults.clone())?);
     }
     // Everything now in the newest segment becomes readable, so make it durable first: the
     // process that wrote it may have died before its last fdatasync.
@@ -174,6 +186,7 @@ fn recover_segment(
     is_last: bool,
     clean: bool,
     config: &LogConfig,
+    faults: &DiskFaults,
     report: &mut RecoveryReport,
 ) -> Result<Segment> {
     let path = dir.join(segment::log_file_name(base));
@@ -215,8 +228,18 @@ fn recover_segment(
     let start_offset = base + offsets.last().map_or(0, |e| i64::from(e.relative_offset));
     let existing_entries = offsets.len();
     let existing_time_entries = times.len();
-    let offset_index = SparseIndex::resume(index_path, offsets.len(), offsets.last().copied())?;
-    let time_index = SparseIndex::resume(time_path, times.len(), times.last().copied())?;
+    let offset_index = SparseIndex::resume(
+        index_path,
+        offsets.len(),
+        offsets.last().copied(),
+        faults.clone(),
+    )?;
+    let time_index = SparseIndex::resume(
+        time_path,
+        times.len(),
+        times.last().copied(),
+        faults.clone(),
+    )?;
     let prior_max_ts = time_index.last().map_or(i64::MIN, |e| e.timestamp);
     let scan_file = file
         .try_clone()
@@ -230,6 +253,7 @@ fn recover_segment(
         prior_max_ts,
         offset_index,
         time_index,
+        faults.clone(),
     );
     // With trusted entries, the scan starts at the batch the last entry points at.
     let mut first = existing_entries > 0;

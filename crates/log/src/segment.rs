@@ -5,12 +5,21 @@
 //! partition deletion). A segment is sealed *before* the next one is created, so at any moment
 //! every segment but the newest is fully durable; recovery relies on that (see `recovery.rs`).
 //!
+//! A full disk (ENOSPC, EDQUOT) during an append: the write may have put part of the batches
+//! into the file before failing. [`Segment::append`] cuts the file back to its length before
+//! the append and leaves `size`, `next_offset`, the indexes and the timestamps as they were, so
+//! memory and disk agree and the next append writes at the same place. If even the cut fails,
+//! the segment remembers it and cuts before its next write, seal or close: nothing is ever
+//! written after, or sealed with, a partial batch. (Were the process to die in between, recovery
+//! truncates the partial batch like any torn tail: it was never acknowledged.)
+//!
 //! Why growing files and not preallocated ones: on ext4 an fdatasync after a write that extends a
 //! file also commits the size change to the journal, which costs a few milliseconds whatever the
 //! write size. Group commit amortises that fixed cost over every append of a round, and rounds
 //! grow with load (measured in `docs/benchmarks.md`). Zero-filling ahead would double the bytes
 //! written, and `fallocate` leaves unwritten extents whose conversion costs the same journal
-//! commit.
+//! commit. (So there is no preallocation that could fail with ENOSPC: only the writes
+//! themselves, and creating a new segment's three files, can.)
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice};
@@ -24,6 +33,7 @@ use bytes::{Bytes, BytesMut};
 use crate::batch::{self, BatchView, HEADER_BYTES, LOG_OVERHEAD_BYTES, Peek};
 use crate::config::LogConfig;
 use crate::error::{BatchError, LogError, Result};
+use crate::faults::{Allowance, DiskFaults};
 use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
 
 /// Most batches written with one `pwritev` (two iovecs per batch: the patched base offset and the
@@ -58,6 +68,10 @@ pub(crate) struct Segment {
     bytes_since_index: u64,
     /// When the first append landed in this segment since the log was opened (for `segment_ms`).
     pub first_append_ms: Option<i64>,
+    /// The file may hold bytes past `size`, from a failed write whose cut-back failed too. They
+    /// are cut before the next write, seal or close.
+    uncut_tail: bool,
+    faults: DiskFaults,
 }
 
 /// How a scan of a segment ended.
@@ -88,15 +102,21 @@ pub(crate) struct Scan {
 }
 
 impl Segment {
-    /// Creates a new, empty active segment file. The caller fsyncs the directory.
-    pub fn create(dir: &Path, base_offset: i64) -> Result<Segment> {
+    /// Creates a new, empty active segment file and its index files. The caller fsyncs the
+    /// directory. On a full disk this fails with [`LogError::NoSpace`] and may leave some of the
+    /// three files behind: the caller removes them (`recovery::delete_segment_files`).
+    pub fn create(dir: &Path, base_offset: i64, faults: DiskFaults) -> Result<Segment> {
         let path = dir.join(log_file_name(base_offset));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| LogError::io("create segment", &path, e))?;
+        let file = faults
+            .create()
+            .and_then(|()| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+            })
+            .map_err(|e| LogError::write("create segment", &path, e))?;
         Ok(Segment {
             base_offset,
             path,
@@ -104,10 +124,18 @@ impl Segment {
             size: 0,
             next_offset: base_offset,
             max_timestamp: i64::MIN,
-            offset_index: SparseIndex::create(dir.join(index_file_name(base_offset)))?,
-            time_index: SparseIndex::create(dir.join(time_index_file_name(base_offset)))?,
+            offset_index: SparseIndex::create(
+                dir.join(index_file_name(base_offset)),
+                faults.clone(),
+            )?,
+            time_index: SparseIndex::create(
+                dir.join(time_index_file_name(base_offset)),
+                faults.clone(),
+            )?,
             bytes_since_index: u64::MAX,
             first_append_ms: None,
+            uncut_tail: false,
+            faults,
         })
     }
 
@@ -122,6 +150,7 @@ impl Segment {
         max_timestamp: i64,
         offset_index: SparseIndex<OffsetEntry>,
         time_index: SparseIndex<TimeEntry>,
+        faults: DiskFaults,
     ) -> Segment {
         Segment {
             base_offset,
@@ -135,6 +164,8 @@ impl Segment {
             // Start a fresh interval: the next append gets an index entry.
             bytes_since_index: u64::MAX,
             first_append_ms: None,
+            uncut_tail: false,
+            faults,
         }
     }
 
@@ -145,18 +176,26 @@ impl Segment {
     /// Writes validated batches at the end of the file, patching each base offset to the next
     /// offset, and indexes them.
     ///
-    /// Durability: when this returns, the bytes are in the page cache (*appended*), not durable.
-    /// On error the file is truncated back to its previous size so no partial batch remains.
+    /// Durability: when this returns `Ok`, the bytes are in the page cache (*appended*), not
+    /// durable. On error nothing has changed: the file is cut back to its previous size (or, if
+    /// that fails too, will be before anything else is written), and the size, next offset,
+    /// indexes and timestamps are those from before. A full disk gives
+    /// [`LogError::NoSpace`], after which the segment takes appends as before; any other write
+    /// error is [`LogError::Io`].
     pub fn append(&mut self, data: &[u8], config: &LogConfig) -> Result<()> {
+        self.cut_tail()?;
+        self.make_index_room(data, config)?;
         let start_size = self.size;
         let start_next = self.next_offset;
         if let Err(e) = self.write_batches(data) {
-            // Best effort: remove whatever part of the write landed. If this fails too, the log
-            // is marked failed by the caller and recovery truncates at the torn batch on reopen.
-            let _ = self.file.set_len(start_size);
-            self.size = start_size;
-            self.next_offset = start_next;
-            return Err(LogError::io("write segment", &self.path, e));
+            // `write_batches` sets `size` and `next_offset` only on success: they still say
+            // where the segment ends. Remove whatever part of the write landed.
+            debug_assert_eq!((self.size, self.next_offset), (start_size, start_next));
+            self.uncut_tail = true;
+            if let Err(cut) = self.cut_tail() {
+                tracing::warn!(segment = %self.path.display(), error = %cut, "could not cut a failed append back; retrying before the next write");
+            }
+            return Err(LogError::write("write segment", &self.path, e));
         }
         // Index what was written. Headers were validated by the caller; walk them again.
         let mut pos = 0usize;
@@ -172,6 +211,46 @@ impl Segment {
             );
             offset += i64::from(view.last_offset_delta()) + 1;
             pos += view.len();
+        }
+        Ok(())
+    }
+
+    /// Cuts off bytes past `size` left by a failed write, if any.
+    fn cut_tail(&mut self) -> Result<()> {
+        if self.uncut_tail {
+            self.file
+                .set_len(self.size)
+                .map_err(|e| LogError::write("cut back segment", &self.path, e))?;
+            self.uncut_tail = false;
+        }
+        Ok(())
+    }
+
+    /// Writes out the index tails if `data` could add more entries than they have room for,
+    /// so indexing the append after its data is written never needs a write that could fail.
+    /// A full disk fails here, before any data is written.
+    fn make_index_room(&mut self, data: &[u8], config: &LogConfig) -> Result<()> {
+        let interval = u64::from(config.index_interval_bytes);
+        let mut since = self.bytes_since_index;
+        let mut entries = 0usize;
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let len = BatchView::parse(&data[pos..])
+                .expect("validated before append")
+                .len();
+            if since >= interval {
+                entries += 1;
+                since = 0;
+            }
+            since = since.saturating_add(len as u64);
+            pos += len;
+        }
+        // The time index adds at most one entry per offset-index entry.
+        if self.offset_index.tail_room() < entries {
+            self.offset_index.flush()?;
+        }
+        if self.time_index.tail_room() < entries {
+            self.time_index.flush()?;
         }
         Ok(())
     }
@@ -202,7 +281,13 @@ impl Segment {
                 iov[2 * i] = IoSlice::new(&offsets[i]);
                 iov[2 * i + 1] = IoSlice::new(&data[start + 8..start + len]);
             }
-            pwritev_all(&self.file, &mut iov[..2 * n], file_pos)?;
+            match self.faults.write(chunk_bytes) {
+                Allowance::All => pwritev_all(&self.file, &mut iov[..2 * n], file_pos)?,
+                Allowance::Partial { bytes, error } => {
+                    write_prefix(&self.file, &iov[..2 * n], bytes, file_pos)?;
+                    return Err(error);
+                }
+            }
             file_pos += chunk_bytes;
         }
         self.size = file_pos;
@@ -246,11 +331,12 @@ impl Segment {
     }
 
     /// Marks a recovered, already durable segment as sealed; fsyncs its indexes first if
-    /// recovery changed them.
+    /// recovery changed them. A full disk does not stop this: index entries that cannot be
+    /// written are dropped (see `SparseIndex::seal_best_effort`).
     pub fn seal_indexes(&mut self, changed: bool) -> Result<()> {
         if changed {
-            self.offset_index.seal()?;
-            self.time_index.seal()
+            self.offset_index.seal_best_effort()?;
+            self.time_index.seal_best_effort()
         } else {
             self.offset_index.close();
             self.time_index.close();
@@ -258,14 +344,45 @@ impl Segment {
         }
     }
 
-    /// Seals the segment: fdatasync the data, write and fsync both indexes. After this the segment
-    /// is never written again.
-    pub fn seal(&mut self) -> Result<()> {
-        self.file
-            .sync_data()
-            .map_err(|e| LogError::io("fdatasync segment", &self.path, e))?;
-        self.offset_index.seal()?;
-        self.time_index.seal()
+    /// First half of sealing: writes both index tails, then fdatasyncs the data and fsyncs both
+    /// indexes. When it returns `Ok`, the segment is complete and durable, but still active
+    /// (it may take more appends if the next segment cannot be created).
+    ///
+    /// Errors: [`LogError::NoSpace`] if an index tail (or cutting back a failed append) could
+    /// not be written for want of space: nothing was synced and the segment is as it was.
+    /// [`LogError::Io`] from a sync: never retry it (see `LogError::Failed`).
+    pub fn prepare_seal(&mut self) -> Result<()> {
+        self.cut_tail()?;
+        self.offset_index.flush()?;
+        self.time_index.flush()?;
+        self.sync_data()?;
+        self.offset_index.sync()?;
+        self.time_index.sync()
+    }
+
+    /// Second half of sealing, after [`Segment::prepare_seal`] and once the next segment
+    /// exists: closes the index files. No I/O. The segment is never written again.
+    pub fn finish_seal(&mut self) {
+        self.offset_index.close();
+        self.time_index.close();
+    }
+
+    /// fdatasyncs the segment file (through the fault seam). Errors are [`LogError::Io`]:
+    /// a failed fdatasync is never recoverable, whatever its errno.
+    pub fn sync_data(&self) -> Result<()> {
+        self.faults
+            .sync()
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| LogError::io("fdatasync segment", &self.path, e))
+    }
+
+    /// Makes the active segment ready for a clean close: cuts a failed append's leftover,
+    /// fdatasyncs the data, writes and fsyncs both indexes.
+    pub fn sync_for_close(&mut self) -> Result<()> {
+        self.cut_tail()?;
+        self.sync_data()?;
+        self.offset_index.sync()?;
+        self.time_index.sync()
     }
 
     /// Position of the batch holding `offset` (which must be in `[base_offset, next_offset)`),
@@ -503,6 +620,16 @@ fn is_zeros(file: &File, path: &Path, from: u64, to: u64) -> Result<bool> {
         pos += n as u64;
     }
     Ok(true)
+}
+
+/// Writes the first `bytes` bytes of `iov` at `pos` (an injected short write).
+fn write_prefix(file: &File, iov: &[IoSlice<'_>], bytes: u64, pos: u64) -> io::Result<()> {
+    let mut flat = Vec::with_capacity(bytes as usize);
+    for slice in iov {
+        let take = (bytes as usize - flat.len()).min(slice.len());
+        flat.extend_from_slice(&slice[..take]);
+    }
+    file.write_all_at(&flat, pos)
 }
 
 /// Writes every byte of `iov` at `pos`, retrying short writes and interrupts.
