@@ -107,10 +107,10 @@ pub struct ServeArgs {
     /// [default: 2]
     #[arg(long, env = "SLUICE_SYNC_THREADS")]
     sync_threads: Option<usize>,
-    /// Largest request accepted, in bytes (Kafka's socket.request.max.bytes)
+    /// Largest request accepted, in bytes or with a unit (Kafka's socket.request.max.bytes)
     /// [default: 104857600 = 100 MiB, or a quarter of --memory-limit if that is less]
     #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES")]
-    max_request_bytes: Option<usize>,
+    max_request_bytes: Option<ByteSize>,
     /// What the broker may hold for clients in all: requests from their first byte, fetch
     /// responses until written, HTTP bodies and reads. When it is used up, connections stop
     /// reading and fetches return less. A size such as 256MiB or 1GiB [default: 512MiB]
@@ -120,7 +120,7 @@ pub struct ServeArgs {
     /// (Kafka's fetch.max.bytes) [default: 52428800 = 50 MiB, or a quarter of --memory-limit
     /// if that is less]
     #[arg(long, env = "SLUICE_FETCH_MAX_BYTES")]
-    fetch_max_bytes: Option<usize>,
+    fetch_max_bytes: Option<ByteSize>,
     /// A Kafka request must arrive whole within this once its first byte has, and a client must
     /// read its responses within it; otherwise the connection is closed [default: 30000]
     #[arg(long, env = "SLUICE_REQUEST_TIMEOUT_MS")]
@@ -183,9 +183,9 @@ struct FileConfig {
     segment_ms: Option<i64>,
     flush_interval_ms: Option<u64>,
     sync_threads: Option<usize>,
-    max_request_bytes: Option<usize>,
+    max_request_bytes: Option<ByteSize>,
     memory_limit: Option<ByteSize>,
-    fetch_max_bytes: Option<usize>,
+    fetch_max_bytes: Option<ByteSize>,
     request_timeout_ms: Option<u64>,
     connections_max_idle_ms: Option<u64>,
     max_connections: Option<usize>,
@@ -409,7 +409,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // others; unset, both limits shrink with a small budget instead of refusing to start.
     let half_budget = memory_limit / 2;
     let mut server_config = ServerConfig::default();
-    server_config.max_request_bytes = match args.max_request_bytes.or(file.max_request_bytes) {
+    let max_request_bytes = args.max_request_bytes.or(file.max_request_bytes);
+    let max_request_bytes =
+        max_request_bytes.map(|v| usize::try_from(v.bytes()).unwrap_or(usize::MAX));
+    server_config.max_request_bytes = match max_request_bytes {
         Some(v) if v > half_budget => bail!(
             "max_request_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower max_request_bytes",
             ByteSize(memory_limit as u64)
@@ -417,7 +420,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(v) => v,
         None => server_config.max_request_bytes.min(memory_limit / 4),
     };
-    broker_config.fetch_max_bytes = match args.fetch_max_bytes.or(file.fetch_max_bytes) {
+    let fetch_max_bytes = args.fetch_max_bytes.or(file.fetch_max_bytes);
+    let fetch_max_bytes = fetch_max_bytes.map(|v| usize::try_from(v.bytes()).unwrap_or(usize::MAX));
+    broker_config.fetch_max_bytes = match fetch_max_bytes {
         Some(0) => bail!("fetch_max_bytes must be at least 1"),
         Some(v) if v > half_budget => bail!(
             "fetch_max_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower fetch_max_bytes",

@@ -13,6 +13,8 @@ pub struct Server {
     /// The HTTP API's port.
     pub http_port: u16,
     dir: Option<tempfile::TempDir>,
+    /// Every line the server has logged so far.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -46,6 +48,8 @@ impl Server {
             .expect("spawn sluice");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log_lines = std::sync::Arc::clone(&log);
         std::thread::spawn(move || {
             // `serve` logs the HTTP address before the Kafka one.
             let mut http = None;
@@ -57,6 +61,7 @@ impl Server {
                     let _ = tx.send((addr.trim().to_owned(), http.clone()));
                 }
                 eprintln!("[sluice] {line}");
+                log_lines.lock().unwrap().push(line);
             }
         });
         let (addr, http) = rx
@@ -69,7 +74,24 @@ impl Server {
             port: port_of(&addr),
             http_port: port_of(&http),
             dir: Some(dir),
+            log,
         }
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The lines the server has logged so far that contain `needle`.
+    pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|l| l.contains(needle)).cloned().collect()
+    }
+
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     pub fn bootstrap(&self) -> String {
