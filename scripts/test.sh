@@ -42,6 +42,12 @@ trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
 
+# A bounded fuzz run: every target under fuzz/ for 60 s in all (the long run is a separate
+# command, scripts/fuzz.sh 3600). Without a nightly toolchain it says so and is skipped.
+if [ "$status" -eq 0 ]; then
+  scripts/fuzz.sh 60 2>&1 | tee -a "$log" || status=$?
+fi
+
 # Real Kafka clients (kcat, confluent-kafka, kafka-python, Java kafka-clients) against the
 # binary cargo just built. compat/run.sh installs what it needs.
 if [ "$status" -eq 0 ] && [ -z "${SLUICE_TEST_SKIP_COMPAT:-}" ]; then

@@ -1,7 +1,7 @@
 //! Fuzz target for the Kafka request path: framing, header and body decoding, and the broker's
 //! handlers, on arbitrary bytes. Any panic is a bug (client input must never crash the broker).
 //!
-//! Run: `cargo install cargo-fuzz && cd fuzz && cargo +nightly fuzz run request`
+//! Run: `scripts/fuzz.sh` (every target) or `cd fuzz && cargo +nightly fuzz run request`.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
