@@ -114,11 +114,15 @@ fuzz_target!(|data: &[u8]| {
     let mut src = sample::Bytes(rest);
 
     // A valid request, as kafka-protocol writes it.
-    let built = sample::request(api, version, 1, &mut src).expect("every supported api has a layout");
-    let (header, body) = codec_alone(&built, api, version)
-        .unwrap_or_else(|| panic!("{api:?} v{version}: kafka-protocol refuses a frame built from the layout table"));
+    let built =
+        sample::request(api, version, 1, &mut src).expect("every supported api has a layout");
+    let (header, body) = codec_alone(&built, api, version).unwrap_or_else(|| {
+        panic!("{api:?} v{version}: kafka-protocol refuses a frame built from the layout table")
+    });
     let mut out = BytesMut::new();
-    header.encode(&mut out, api.request_header_version(version)).expect("encode header");
+    header
+        .encode(&mut out, api.request_header_version(version))
+        .expect("encode header");
     body.encode(&mut out, version).expect("encode body");
     let mut frame = out.to_vec();
 
@@ -158,7 +162,9 @@ fuzz_target!(|data: &[u8]| {
     let bytes = Bytes::from(frame.clone());
     let (result, peak) = largest_allocation(|| codec::decode_request(bytes));
     let bound = match &result {
-        Err(DecodeError::Malformed { reason, .. }) if guard::check(&frame, api, version).is_err() => {
+        Err(DecodeError::Malformed { reason, .. })
+            if guard::check(&frame, api, version).is_err() =>
+        {
             // Refused by the guard: kafka-protocol alone must fail on it too (run it only when
             // that cannot reserve a huge array).
             if guard::largest_count_reserved(&frame, api, version) <= SAFE_FOR_CODEC {
