@@ -76,10 +76,15 @@ impl Broker {
         config: BrokerConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Broker, TopicError> {
-        let committer = GroupCommitter::start(CommitConfig {
-            policy: config.flush,
-            sync_threads: config.sync_threads,
-        });
+        // One space state for the data directory: the partition logs (through the committer)
+        // and the group store (by path) report full-disk errors into it.
+        let committer = GroupCommitter::start_with_space(
+            CommitConfig {
+                policy: config.flush,
+                sync_threads: config.sync_threads,
+            },
+            sluice_log::DataDirSpace::for_dir(&config.data_dir),
+        );
         let topics = TopicRegistry::open(&config, &committer, &clock)?;
         let producer_ids =
             producers::ProducerIds::open(&config.data_dir).map_err(|source| TopicError::Io {
@@ -306,6 +311,8 @@ impl Broker {
                 }
             }
         }
+        // Freed space ends a full-disk state at once rather than at the next write.
+        self.data_dir_space().recheck();
         deleted
     }
 
@@ -336,6 +343,7 @@ impl Broker {
     pub fn delete_topic(&self, name: &str) -> Result<(), TopicError> {
         self.topics.delete(name)?;
         self.groups.topic_deleted(name);
+        self.data_dir_space().recheck();
         Ok(())
     }
 
@@ -365,6 +373,12 @@ impl Broker {
     /// fdatasync counters of the group committer.
     pub fn commit_stats(&self) -> sluice_log::CommitStatsSnapshot {
         self.committer.stats()
+    }
+
+    /// Whether the data directory is full (a write found no room and none has succeeded
+    /// since), and its free space: for `/readyz` and `/metrics`.
+    pub fn data_dir_space(&self) -> &sluice_log::DataDirSpace {
+        self.committer.space()
     }
 
     /// The group coordinator.

@@ -11,6 +11,13 @@
 //! a topic: a topic is built in `topics/.creating-<id>` and renamed into place, and deleted by
 //! renaming it to `topics/.deleted-<id>` before its files are removed. Leftovers of either are
 //! removed at startup.
+//!
+//! A full disk: everything a new topic needs on disk (its directory, `topic.json`, each
+//! partition's directory and first segment) is made inside the staging directory, so a create
+//! that runs out of space fails before the rename with a "data directory is full" error
+//! ([`LogError::NoSpace`] inside [`TopicError::Log`]) and its staging directory is removed: no
+//! half-made topic is ever visible, before or after a restart. New partitions are likewise made
+//! before `topic.json` counts them.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -18,7 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use sluice_log::{Clock, GroupCommitter, LogError, PartitionLog};
+use sluice_log::{Clock, GroupCommitter, LogError, PartitionLog, is_no_space};
 use uuid::Uuid;
 
 use crate::config::{BrokerConfig, TopicConfig};
@@ -62,11 +69,40 @@ pub enum TopicError {
     Corrupt { path: PathBuf, detail: String },
 }
 
+/// An I/O error as a topic error; a full disk becomes [`LogError::NoSpace`], whose message says
+/// the data directory is full.
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> TopicError + 'a {
-    move |source| TopicError::Io {
-        op,
-        path: path.to_owned(),
-        source,
+    move |source| {
+        if is_no_space(&source) {
+            TopicError::Log(LogError::NoSpace {
+                op,
+                path: path.to_owned(),
+                source,
+            })
+        } else {
+            TopicError::Io {
+                op,
+                path: path.to_owned(),
+                source,
+            }
+        }
+    }
+}
+
+/// Tells the data directory's space state of a write that found no room, if `e` is one.
+fn note_no_space(committer: &GroupCommitter, e: &TopicError) {
+    if let TopicError::Log(LogError::NoSpace { op, path, source }) = e {
+        committer.space().no_space(op, path, source);
+    }
+}
+
+/// Removes a directory tree that must not survive (an unfinished create); a failure is only
+/// logged, since startup removes `.creating-` and `.deleted-` leftovers anyway.
+fn remove_leftover(path: &Path) {
+    if let Err(e) = fs::remove_dir_all(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), error = %e, "could not remove an unfinished topic directory; it is removed at the next start");
     }
 }
 
@@ -233,6 +269,7 @@ impl TopicRegistry {
     }
 
     /// Creates a topic durably (metadata fsynced, directory renamed into place and fsynced).
+    /// On any failure (a full disk included) nothing of the topic is left.
     pub fn create(
         &self,
         name: &str,
@@ -250,13 +287,59 @@ impl TopicRegistry {
             configs,
         };
         let staging = self.root.join(format!(".creating-{}", meta.id));
-        fs::create_dir(&staging).map_err(io("create", &staging))?;
-        write_meta(&staging, &meta)?;
-        sync_dir(&staging)?;
+        let log_config = meta.configs.log_config(&broker.log);
+        // (Partition logs report a full disk themselves; the rest is reported here.)
+        let noted = |e: &TopicError| note_no_space(committer, e);
+        let staged = (|| {
+            fs::create_dir(&staging)
+                .map_err(io("create", &staging))
+                .inspect_err(noted)?;
+            write_meta(&staging, &meta).inspect_err(noted)?;
+            // Every file the topic needs, made here: running out of space now leaves only the
+            // staging directory. The logs are dropped unopened-for-use and reopened after the
+            // rename (an empty log's recovery writes nothing).
+            for p in 0..partitions {
+                PartitionLog::open(
+                    staging.join(p.to_string()),
+                    log_config,
+                    committer,
+                    Arc::clone(clock),
+                )?;
+            }
+            sync_dir(&staging).inspect_err(noted)
+        })();
+        if let Err(e) = staged {
+            remove_leftover(&staging);
+            tracing::warn!(topic = name, error = %e, "could not create topic");
+            return Err(e);
+        }
         let dir = self.root.join(name);
-        fs::rename(&staging, &dir).map_err(io("rename", &staging))?;
-        sync_dir(&self.root)?;
-        let topic = Arc::new(open_topic(name, &dir, meta, broker, committer, clock)?);
+        if let Err(e) = fs::rename(&staging, &dir) {
+            let e = io("rename", &staging)(e);
+            note_no_space(committer, &e);
+            remove_leftover(&staging);
+            return Err(e);
+        }
+        let opened = sync_dir(&self.root)
+            .and_then(|()| open_topic(name, &dir, meta.clone(), broker, committer, clock));
+        let topic = match opened {
+            Ok(topic) => Arc::new(topic),
+            Err(e) => {
+                // Not expected (the files exist), but a topic that cannot be opened must not
+                // appear at the next start either: move it aside and remove it.
+                tracing::error!(topic = name, error = %e, "could not open a just-created topic; removing it");
+                let doomed = self.root.join(format!(".deleted-{}", meta.id));
+                match fs::rename(&dir, &doomed).and_then(|()| fs::remove_dir_all(&doomed)) {
+                    Ok(()) => {
+                        let _ = sync_dir(&self.root);
+                    }
+                    Err(cleanup) => {
+                        tracing::error!(path = %dir.display(), error = %cleanup, "could not remove the unopenable topic")
+                    }
+                }
+                return Err(e);
+            }
+        };
         self.topics
             .write()
             .expect("topics lock")
@@ -337,7 +420,19 @@ impl TopicRegistry {
             return Ok(());
         }
         let configs = topic.config();
-        // Record the new count first: if we crash before the logs exist, opening creates them.
+        let log_config = configs.log_config(&broker.log);
+        // The new logs first, then the count that makes them part of the topic: a full disk
+        // (or a crash) in between leaves empty partition directories that no `topic.json`
+        // counts, which the next attempt simply reopens. Nothing half-made is ever served.
+        let mut logs = Vec::with_capacity((count - current) as usize);
+        for p in current..count {
+            logs.push(PartitionLog::open(
+                topic.dir.join(p.to_string()),
+                log_config,
+                committer,
+                Arc::clone(clock),
+            )?);
+        }
         write_meta(
             &topic.dir,
             &TopicFile {
@@ -345,17 +440,12 @@ impl TopicRegistry {
                 partitions: count,
                 configs: configs.clone(),
             },
-        )?;
-        let log_config = configs.log_config(&broker.log);
+        )
+        .inspect_err(|e| note_no_space(committer, e))?;
         let mut partitions = topic.partitions.write().expect("partitions lock");
         let mut producers = topic.producers.write().expect("producers lock");
-        for p in current..count {
-            partitions.push(PartitionLog::open(
-                topic.dir.join(p.to_string()),
-                log_config,
-                committer,
-                Arc::clone(clock),
-            )?);
+        for log in logs {
+            partitions.push(log);
             producers.push(Arc::new(Mutex::new(PartitionProducers::default())));
         }
         tracing::info!(topic = %topic.name, from = current, to = count, "added partitions");
@@ -418,9 +508,15 @@ fn write_meta(dir: &Path, meta: &TopicFile) -> Result<(), TopicError> {
     let path = dir.join(TOPIC_FILE);
     let bytes = serde_json::to_vec_pretty(meta).expect("topic metadata serialises");
     let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
-    f.write_all(&bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(io("write", &tmp))?;
+    let written = f
+        .write_all(&bytes)
+        .map_err(io("write", &tmp))
+        .and_then(|()| f.sync_all().map_err(io("fsync", &tmp)));
+    if let Err(e) = written {
+        // The old `topic.json` is untouched; do not leave a partial copy beside it.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
     sync_dir(dir)
 }

@@ -1,10 +1,18 @@
 //! The log file, owned by the sync thread: appending a round's frames with one fdatasync, and
 //! compaction (rewrite the live state into a tmp file, fdatasync, rename, fsync the directory).
+//!
+//! A full disk (ENOSPC, EDQUOT) during a round's write fails that round only: whatever part
+//! of its frames reached the file is cut off again (if the cut fails too, it is retried before
+//! the next write), the round's writes resolve to [`StoreError::NoSpace`], and the next round
+//! writes at the same place. A failed fdatasync is fatal, whatever its errno (see `sync.rs`).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_log::{DataDirSpace, is_no_space};
 
 use super::recovery::Live;
 use super::{StoreError, io_error, sync_dir};
@@ -16,7 +24,13 @@ pub(super) struct Disk {
     pub(super) tmp_path: PathBuf,
     /// Open for writing, positioned at its end.
     pub(super) file: File,
+    /// Bytes of whole frames in the file; the next round writes here.
     pub(super) file_bytes: u64,
+    /// The file may hold bytes past `file_bytes` from a write that failed for want of space
+    /// and could not be cut back; they are cut before the next write.
+    pub(super) uncut_tail: bool,
+    /// Told of every write that found no room and every round that was written.
+    pub(super) space: DataDirSpace,
     /// Compact once `file_bytes` is past this.
     pub(super) compact_at_bytes: u64,
     pub(super) compact_min_bytes: u64,
@@ -32,22 +46,92 @@ pub(super) struct CompactError {
     pub(super) error: StoreError,
 }
 
+/// A round that was not written.
+#[derive(Debug)]
+pub(super) struct RoundError {
+    /// The store can no longer promise durability (a failed fdatasync, or a write error other
+    /// than a full disk). Otherwise the disk was full: nothing of the round is in the file,
+    /// and the store takes the next round as usual.
+    pub(super) fatal: bool,
+    pub(super) error: StoreError,
+}
+
 impl Disk {
-    /// Writes one round's frames with one `write`, then fdatasyncs the file.
-    pub(super) fn append(&mut self, bytes: &[u8], syncs: &AtomicU64) -> Result<(), StoreError> {
+    /// Writes one round's frames with one positioned write at the end of the whole frames,
+    /// then fdatasyncs the file. `room` (tests only) pretends the disk has room for that many
+    /// bytes: the write stops there and fails with ENOSPC.
+    pub(super) fn append(
+        &mut self,
+        bytes: &[u8],
+        syncs: &AtomicU64,
+        room: Option<usize>,
+    ) -> Result<(), RoundError> {
         if bytes.is_empty() {
             // Only empty writes (barriers) this round: every earlier round is already durable.
             return Ok(());
         }
-        self.file
-            .write_all(bytes)
-            .map_err(io_error("write", &self.path))?;
+        self.cut_tail()?;
+        let written = match room {
+            Some(room) if room < bytes.len() => self
+                .file
+                .write_all_at(&bytes[..room], self.file_bytes)
+                .and(Err(io::Error::from(io::ErrorKind::StorageFull))),
+            _ => self.file.write_all_at(bytes, self.file_bytes),
+        };
+        if let Err(e) = written {
+            if !is_no_space(&e) {
+                return Err(RoundError {
+                    fatal: true,
+                    error: io_error("write", &self.path)(e),
+                });
+            }
+            self.uncut_tail = true;
+            if let Err(cut) = self.cut_tail() {
+                tracing::warn!(path = %self.path.display(), error = %cut.error, "could not cut a failed group store write back; retrying before the next write");
+            }
+            return Err(self.no_space("write", &e));
+        }
         syncs.fetch_add(1, Ordering::Relaxed);
-        self.file
-            .sync_data()
-            .map_err(io_error("fdatasync", &self.path))?;
+        self.file.sync_data().map_err(|e| {
+            if is_no_space(&e) {
+                self.space.no_space("fdatasync", &self.path, &e);
+            }
+            RoundError {
+                fatal: true,
+                error: io_error("fdatasync", &self.path)(e),
+            }
+        })?;
         self.file_bytes += bytes.len() as u64;
+        self.space.wrote();
         Ok(())
+    }
+
+    /// Cuts off bytes past `file_bytes` left by a failed write, if any. A cut that fails for
+    /// want of space fails the round like the write itself; any other failure is fatal.
+    fn cut_tail(&mut self) -> Result<(), RoundError> {
+        if !self.uncut_tail {
+            return Ok(());
+        }
+        match self.file.set_len(self.file_bytes) {
+            Ok(()) => {
+                self.uncut_tail = false;
+                Ok(())
+            }
+            Err(e) if is_no_space(&e) => Err(self.no_space("cut back", &e)),
+            Err(e) => Err(RoundError {
+                fatal: true,
+                error: io_error("cut back", &self.path)(e),
+            }),
+        }
+    }
+
+    /// Reports a write that found no room and builds the round's error.
+    fn no_space(&self, op: &'static str, e: &io::Error) -> RoundError {
+        self.space.no_space(op, &self.path, e);
+        RoundError {
+            fatal: false,
+            error: StoreError::no_space(op, &self.path, e),
+        }
     }
 
     pub(super) fn wants_compaction(&self) -> bool {
@@ -66,6 +150,11 @@ impl Disk {
         let tmp_file = match result {
             Ok(file) => file,
             Err(error) => {
+                if let StoreError::Io { op, source, .. } = &error
+                    && is_no_space(source)
+                {
+                    self.space.no_space(op, &self.tmp_path, source);
+                }
                 let _ = fs::remove_file(&self.tmp_path);
                 return Err(self.compact_failed_before_rename(error));
             }
@@ -82,6 +171,7 @@ impl Disk {
         let before = self.file_bytes;
         self.file = tmp_file;
         self.file_bytes = live_frames.len() as u64;
+        self.uncut_tail = false;
         self.compact_at_bytes = self.compact_min_bytes.max(2 * self.file_bytes);
         tracing::info!(
             path = %self.path.display(),

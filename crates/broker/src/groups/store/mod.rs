@@ -38,11 +38,19 @@
 //!   Every write queued while one round's fdatasync runs is covered by the next round's single
 //!   fdatasync (group commit), so fdatasyncs per second are bounded by the disk, not the
 //!   commit rate. The coordinator acknowledges the client only after `Ok`.
-//! - Any failed write, fdatasync or post-rename directory fsync marks the store *failed*: every
-//!   queued and every later write resolves to [`StoreError::Failed`], and nothing is retried.
-//!   After a failed fdatasync the kernel may have dropped the dirty pages and cleared the error,
-//!   so a second fdatasync could "succeed" without the data ever reaching the disk. Reopening the
-//!   store (a broker restart) replays what the disk really holds.
+//! - A round whose write finds the disk full (ENOSPC, EDQUOT) fails alone: whatever part of its
+//!   frames reached the file is cut off again, its writes resolve to [`StoreError::NoSpace`]
+//!   (nothing of them is stored; the coordinator answers the client with a retriable error),
+//!   and the store takes the next round as usual, so commits succeed again as soon as space is
+//!   freed, without a restart. The data directory's `DataDirSpace` hears of both.
+//! - Any other failed write, and any failed fdatasync (ENOSPC included) or post-rename directory
+//!   fsync, marks the store *failed*: every queued and every later write resolves to
+//!   [`StoreError::Failed`], and nothing is retried. After a failed fdatasync the kernel may have
+//!   dropped the dirty pages and cleared the error, so a second fdatasync could "succeed"
+//!   without the data ever reaching the disk. Reopening the store (a broker restart) replays
+//!   what the disk really holds. (A write that found no room never reached the page cache as a
+//!   whole, and is cut off the file before anything else is written: retrying it risks
+//!   nothing.)
 //! - The pending buffer has a soft limit, [`PENDING_BYTES_SOFT_MAX`]: past it `write` still
 //!   accepts (it runs on the request path, and refusing would turn a slow disk into lost
 //!   commits) but logs a warning. The hard bound is the caller's: a request that awaits its
@@ -116,6 +124,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
+use sluice_log::DataDirSpace;
 use tokio::sync::oneshot;
 
 use disk::{CompactError, Disk};
@@ -188,10 +197,24 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// The disk was full: this write was not stored (nothing of it is in the file). The store
+    /// is healthy; the same write succeeds once space is freed.
+    #[error("{0}")]
+    NoSpace(String),
     /// An earlier write or sync failed: the store refuses further writes (their durability
     /// could not be promised).
     #[error("group store failed earlier: {0}")]
     Failed(String),
+}
+
+impl StoreError {
+    fn no_space(op: &str, path: &Path, source: &io::Error) -> StoreError {
+        StoreError::NoSpace(format!(
+            "no space left on the device for {op} {}: the data directory is full ({source}); \
+             nothing was stored; retry once space is freed",
+            path.display()
+        ))
+    }
 }
 
 fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
@@ -202,13 +225,23 @@ fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> S
     }
 }
 
-/// What the sync thread sends each waiting write: `Err` carries the failure's message.
-type Outcome = Result<(), String>;
+/// Why the sync thread did not store a write.
+#[derive(Debug, Clone)]
+enum Refusal {
+    /// Its round found the disk full ([`StoreError::NoSpace`]).
+    NoSpace(String),
+    /// The store failed or closed ([`StoreError::Failed`]).
+    Failed(String),
+}
+
+/// What the sync thread sends each waiting write.
+type Outcome = Result<(), Refusal>;
 
 /// A write's durability: resolves once the records are covered by an fdatasync.
 ///
-/// `Ok(())`: durable. `Err(StoreError::Failed)`: the store failed (or was closed) before the
-/// records were durable; they may or may not be on disk, so they were not acknowledged.
+/// `Ok(())`: durable. `Err(StoreError::NoSpace)`: the disk was full; the records are not on
+/// disk (try again later). `Err(StoreError::Failed)`: the store failed (or was closed) before
+/// the records were durable; they may or may not be on disk, so they were not acknowledged.
 /// `Err(StoreError::Io)`: the write was refused before queueing (it could not be encoded).
 #[derive(Debug)]
 #[must_use = "a write is durable only when its Pending resolves to Ok"]
@@ -244,7 +277,10 @@ impl Future for Pending {
             PendingState::Waiting(rx) => match Pin::new(rx).poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(Ok(()))) => Ok(()),
-                Poll::Ready(Ok(Err(message))) => Err(StoreError::Failed(message)),
+                Poll::Ready(Ok(Err(Refusal::NoSpace(message)))) => {
+                    Err(StoreError::NoSpace(message))
+                }
+                Poll::Ready(Ok(Err(Refusal::Failed(message)))) => Err(StoreError::Failed(message)),
                 // The sync thread dropped the sender without answering: it panicked.
                 Poll::Ready(Err(_)) => Err(StoreError::Failed(
                     "the sync thread stopped before the write was durable".into(),
@@ -361,6 +397,8 @@ impl GroupStore {
             tmp_path,
             file,
             file_bytes: valid_bytes as u64,
+            uncut_tail: false,
+            space: DataDirSpace::for_dir(data_dir),
             compact_at_bytes: compact_min_bytes.max(2 * live_frames.len() as u64),
             compact_min_bytes,
             live,
@@ -413,7 +451,8 @@ impl GroupStore {
     /// a crash either all or none of them are there. An empty `records` is a barrier: it
     /// resolves once every earlier write is durable.
     ///
-    /// Resolves to [`StoreError::Failed`] if the store has failed or is closed, and to
+    /// Resolves to [`StoreError::NoSpace`] if its round found the disk full (the store stays
+    /// usable), to [`StoreError::Failed`] if the store has failed or is closed, and to
     /// [`StoreError::Io`] (`InvalidInput`, nothing queued) if the records encode to more than
     /// [`WRITE_BYTES_MAX`].
     pub fn write(&self, records: Vec<GroupRecord>) -> Pending {

@@ -1,6 +1,6 @@
 //! The sync thread and the state it shares with `GroupStore`: the pending batch, rounds
-//! (one write and one fdatasync for every queued write), compaction after a round, and
-//! failing the store on the first I/O error.
+//! (one write and one fdatasync for every queued write), compaction after a round, failing
+//! the round alone when the disk is full, and failing the store on any other I/O error.
 
 #[cfg(test)]
 use std::io;
@@ -10,10 +10,10 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::disk::{CompactError, Disk};
+use super::disk::{CompactError, Disk, RoundError};
 #[cfg(test)]
 use super::io_error;
-use super::{GroupRecord, Outcome, PENDING_BYTES_SOFT_MAX, StoreError};
+use super::{GroupRecord, Outcome, PENDING_BYTES_SOFT_MAX, Refusal, StoreError};
 
 /// Writes waiting for a round (or taken by one).
 #[derive(Default)]
@@ -105,7 +105,7 @@ impl Drop for ExitGuard<'_> {
             .unwrap_or_else(|| "group store is closed".into());
         let mut left = std::mem::take(&mut st.pending);
         drop(st);
-        left.resolve(&Err(reason));
+        left.resolve(&Err(Refusal::Failed(reason)));
     }
 }
 
@@ -116,6 +116,8 @@ pub(super) fn sync_loop(shared: &Shared, mut disk: Disk) {
     loop {
         #[cfg(test)]
         let inject_failure;
+        #[cfg(test)]
+        let room;
         {
             let mut st = shared.lock();
             loop {
@@ -131,19 +133,33 @@ pub(super) fn sync_loop(shared: &Shared, mut disk: Disk) {
             #[cfg(test)]
             {
                 inject_failure = std::mem::take(&mut st.hooks.fail_next_round);
+                room = st.hooks.room_bytes;
             }
         }
         #[cfg(test)]
         let result = if inject_failure {
-            Err(io_error("write", &disk.path)(io::Error::other("injected")))
+            Err(RoundError {
+                fatal: true,
+                error: io_error("write", &disk.path)(io::Error::other("injected")),
+            })
         } else {
-            disk.append(&batch.bytes, &shared.syncs)
+            disk.append(&batch.bytes, &shared.syncs, room)
         };
         #[cfg(not(test))]
-        let result = disk.append(&batch.bytes, &shared.syncs);
-        if let Err(error) = result {
-            fail(shared, &mut batch, &error);
-            return;
+        let result = disk.append(&batch.bytes, &shared.syncs, None);
+        match result {
+            Ok(()) => {}
+            Err(RoundError { fatal: true, error }) => {
+                fail(shared, &mut batch, &error);
+                return;
+            }
+            Err(RoundError { error, .. }) => {
+                // The disk is full: this round's writes fail, the store carries on.
+                tracing::debug!(error = %error, writes = batch.waiters.len(), "group store round refused: no space");
+                batch.resolve(&Err(Refusal::NoSpace(error.to_string())));
+                batch.clear();
+                continue;
+            }
         }
         batch.resolve(&Ok(()));
         for record in batch.records.drain(..) {
@@ -184,7 +200,7 @@ fn fail(shared: &Shared, batch: &mut Batch, error: &StoreError) {
         st.failed = Some(reason.clone());
         std::mem::take(&mut st.pending)
     };
-    let outcome = Err(reason);
+    let outcome = Err(Refusal::Failed(reason));
     batch.resolve(&outcome);
     queued.resolve(&outcome);
 }

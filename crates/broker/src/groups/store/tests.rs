@@ -22,6 +22,9 @@ pub(super) struct Hooks {
     pub(super) paused: bool,
     /// Makes the next round fail as if its write failed (nothing is written).
     pub(super) fail_next_round: bool,
+    /// The disk has room for this many bytes per round: a round with more writes that many,
+    /// then fails with ENOSPC. `None`: room enough.
+    pub(super) room_bytes: Option<usize>,
     /// Runs once, on the sync thread, between writing the compacted file and renaming it.
     pub(super) before_rename: Option<Box<dyn FnMut() + Send>>,
 }
@@ -31,6 +34,7 @@ impl std::fmt::Debug for Hooks {
         f.debug_struct("Hooks")
             .field("paused", &self.paused)
             .field("fail_next_round", &self.fail_next_round)
+            .field("room_bytes", &self.room_bytes)
             .field("before_rename", &self.before_rename.is_some())
             .finish()
     }
@@ -652,6 +656,39 @@ fn io_failure_fails_queued_and_later_writes() {
         "nothing failed was written"
     );
     assert_eq!(recovered.offsets["g"][&("t".to_string(), 0)], committed(1));
+}
+
+#[test]
+fn a_full_disk_fails_that_round_only_and_writes_succeed_again_when_space_returns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let space = DataDirSpace::for_dir(tmp.path());
+    let (store, _) = GroupStore::open(tmp.path()).unwrap();
+    write_ok(&store, vec![set_offset("g", "t", 0, 1)]);
+    let len = file_len(tmp.path());
+    let errors_before = space.no_space_errors();
+    // Room for a few bytes only: the round's frame lands partly, then ENOSPC.
+    store.shared.lock().hooks.room_bytes = Some(5);
+    for offset in [2, 3] {
+        let result = block_on(store.write(vec![set_offset("g", "t", 0, offset)]));
+        assert!(
+            matches!(&result, Err(StoreError::NoSpace(m)) if m.contains("data directory is full")),
+            "{result:?}"
+        );
+        assert_eq!(file_len(tmp.path()), len, "the partial frame was cut off");
+    }
+    assert_eq!(space.no_space_errors(), errors_before + 2);
+    // Space returns: the store was never failed, the next commit is durable.
+    store.shared.lock().hooks.room_bytes = None;
+    write_ok(
+        &store,
+        vec![set_offset("g", "t", 0, 4), set_offset("g", "t", 1, 9)],
+    );
+    assert!(!space.is_full(), "a written round clears the full state");
+    store.close();
+    let recovered = reopen(tmp.path());
+    assert_eq!(recovered.truncated_bytes, 0, "nothing torn was left behind");
+    assert_eq!(recovered.offsets["g"][&("t".to_string(), 0)], committed(4));
+    assert_eq!(recovered.offsets["g"][&("t".to_string(), 1)], committed(9));
 }
 
 // -----------------------------------------------------------------------------------------
