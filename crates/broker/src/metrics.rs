@@ -430,6 +430,9 @@ pub fn render(broker: &Broker) -> String {
         fsync.sum_micros,
     );
 
+    // Data directory space (a full disk is a state: see sluice-log's `space.rs`).
+    render_data_dir_space(&mut out, broker);
+
     // Topics and partitions.
     let mut topics = broker.topics().all();
     topics.sort_by(|a, b| a.name.cmp(&b.name));
@@ -534,6 +537,39 @@ pub fn render(broker: &Broker) -> String {
         }
     }
     out.0
+}
+
+/// `sluice_data_dir_full`, `sluice_data_dir_free_bytes`, `sluice_data_dir_no_space_errors_total`.
+fn render_data_dir_space(out: &mut Text, broker: &Broker) {
+    let space = broker.data_dir_space();
+    // A full directory's state may be stale if nothing has written since space came back:
+    // check now (one statvfs, only while full).
+    space.recheck();
+    let status = space.status();
+    out.family(
+        "sluice_data_dir_full",
+        "gauge",
+        "1 while the data directory is full: a write found no room and no write has succeeded since (appends fail with a storage error; reads work).",
+    );
+    out.sample("sluice_data_dir_full", &[], u8::from(status.full));
+    out.family(
+        "sluice_data_dir_free_bytes",
+        "gauge",
+        "Bytes available in the data directory's filesystem (statvfs f_bavail).",
+    );
+    if let Some(free) = status.free_bytes {
+        out.sample("sluice_data_dir_free_bytes", &[], free);
+    }
+    out.family(
+        "sluice_data_dir_no_space_errors_total",
+        "counter",
+        "Writes into the data directory refused for want of space (ENOSPC, EDQUOT).",
+    );
+    out.sample(
+        "sluice_data_dir_no_space_errors_total",
+        &[],
+        status.no_space_errors,
+    );
 }
 
 /// Prometheus text being written.
@@ -1162,6 +1198,40 @@ mod tests {
                 .2;
             assert_eq!(last.1, count, "{base} {labels:?}: +Inf bucket == _count");
         }
+        broker.shutdown();
+    }
+
+    #[test]
+    fn data_dir_series_follow_the_full_state() {
+        let (dir, broker) = broker();
+        let (_, samples) = parse(&render(&broker));
+        let value = |samples: &[Sample], name: &str| {
+            samples
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .unwrap_or_else(|| panic!("no {name}"))
+                .2
+        };
+        assert_eq!(value(&samples, "sluice_data_dir_full"), 0.0);
+        assert!(value(&samples, "sluice_data_dir_free_bytes") > 0.0);
+        assert_eq!(
+            value(&samples, "sluice_data_dir_no_space_errors_total"),
+            0.0
+        );
+        let enospc = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        broker
+            .data_dir_space()
+            .no_space("write segment", dir.path(), &enospc);
+        let (_, samples) = parse(&render(&broker));
+        assert_eq!(
+            value(&samples, "sluice_data_dir_no_space_errors_total"),
+            1.0
+        );
+        // The real disk has room, so the render's own check may already have cleared it; a
+        // write surely does.
+        broker.data_dir_space().wrote();
+        let (_, samples) = parse(&render(&broker));
+        assert_eq!(value(&samples, "sluice_data_dir_full"), 0.0);
         broker.shutdown();
     }
 }
