@@ -6,7 +6,13 @@
 //! read (so no change between the read and the wait is missed, as the Kafka fetch handler does)
 //! → at the high watermark with `timeout_ms` > 0, wait for a change, the deadline or shutdown,
 //! and read again → decode the batches read (decompressing gzip/snappy/lz4/zstd, skipping
-//! control batches and records before `offset`) up to `max_records` and `max_bytes` → answer.
+//! control batches and records before `offset`) up to `max_records` and `max_bytes`, reading
+//! on in growing chunks while more records are wanted → answer.
+//!
+//! Reads grow from [`FIRST_READ_BYTES`], doubling, and stop as soon as `max_records` records
+//! are in hand: a read of 10 records with a 64 MiB `max_bytes` reads about 64 KiB, not 64 MiB
+//! (reading the whole budget first made it ~70 times slower; docs/benchmarks.md). Doubling
+//! keeps a read that does want the whole budget to a handful of log reads, each byte read once.
 //!
 //! Only durable data is read (`PartitionLog::read` stops at the high watermark), so nothing a
 //! reader sees can be lost in a crash.
@@ -42,6 +48,10 @@ const MAX_RECORDS_DEFAULT: u64 = 500;
 const MAX_RECORDS_MAX: u64 = 100_000;
 /// `max_bytes` when not given (then capped to `HttpConfig::fetch_max_bytes`).
 const MAX_BYTES_DEFAULT: u64 = 1 << 20;
+/// Stored bytes the first log read of a request asks for (at most `max_bytes`); each further
+/// read asks for twice the one before. 64 KiB holds hundreds of small records, so the common
+/// small read is one log read, and it costs little when fewer are wanted.
+const FIRST_READ_BYTES: usize = 64 << 10;
 
 const NEXT_OFFSET: HeaderName = HeaderName::from_static("sluice-next-offset");
 const HIGH_WATERMARK: HeaderName = HeaderName::from_static("sluice-high-watermark");
@@ -150,8 +160,11 @@ async fn read(
         })?;
     let binary = accepts_binary(headers);
 
-    let read = long_poll(state, &log, &params).await?;
-    let decoded = decode(&read, &params)?;
+    let first_read_bytes = FIRST_READ_BYTES.min(params.max_bytes);
+    let first = long_poll(state, &log, &params, first_read_bytes).await?;
+    let (decoded, read) = read_on(first, first_read_bytes, &params, |offset, max_bytes| {
+        log.read(offset, max_bytes)
+    })?;
     state.broker.metrics().records_out(decoded.count as u64);
     if binary {
         Ok(binary_answer(&decoded, &read))
@@ -166,12 +179,13 @@ async fn read(
     }
 }
 
-/// Reads at `params.offset`; at the high watermark, waits up to the timeout for records (or
-/// shutdown) and reads again.
+/// Reads up to `read_bytes` at `params.offset`; at the high watermark, waits up to the timeout
+/// for records (or shutdown) and reads again.
 async fn long_poll(
     state: &AppState,
     log: &PartitionLog,
     params: &ReadParams,
+    read_bytes: usize,
 ) -> Result<ReadResult, ReadError> {
     let deadline = Instant::now() + params.timeout;
     let mut shutdown = state.shutdown.clone();
@@ -181,28 +195,26 @@ async fn long_poll(
         let changed = log.high_watermark_changed();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        let read = log
-            .read(params.offset, params.max_bytes)
-            .map_err(|e| match e {
-                LogError::OffsetOutOfRange {
-                    requested,
-                    log_start,
-                    high_watermark,
-                } => ReadError::OutOfRange {
-                    offset: requested,
-                    log_start_offset: log_start,
-                    high_watermark,
-                },
-                other => {
-                    if !matches!(other, LogError::Closed { .. }) {
-                        tracing::warn!(error = %other, "HTTP read failed");
-                    }
-                    ReadError::Api(ApiError::from_kafka(
-                        sluice_broker::errors::log_error_code(&other),
-                        other.to_string(),
-                    ))
+        let read = log.read(params.offset, read_bytes).map_err(|e| match e {
+            LogError::OffsetOutOfRange {
+                requested,
+                log_start,
+                high_watermark,
+            } => ReadError::OutOfRange {
+                offset: requested,
+                log_start_offset: log_start,
+                high_watermark,
+            },
+            other => {
+                if !matches!(other, LogError::Closed { .. }) {
+                    tracing::warn!(error = %other, "HTTP read failed");
                 }
-            })?;
+                ReadError::Api(ApiError::from_kafka(
+                    sluice_broker::errors::log_error_code(&other),
+                    other.to_string(),
+                ))
+            }
+        })?;
         // The log also serves offsets appended but not yet durable (as empty reads); over HTTP
         // those are out of range like any offset past the high watermark.
         if params.offset > read.high_watermark {
@@ -244,79 +256,160 @@ struct Slice {
     take: usize,
 }
 
-/// Which records of `read` to answer with: at or after `offset`, not in control batches, at
-/// most `max_records`, and (after the first) within `max_bytes` of keys, values and headers.
-fn decode(read: &ReadResult, params: &ReadParams) -> Result<Decoded, ApiError> {
-    let mut out = Decoded {
-        batches: Vec::new(),
-        count: 0,
-        value_bytes: 0,
-        first_offset: None,
-        next_offset: params.offset,
-    };
+/// Decodes `first` and reads on (`read(offset, max_bytes)`, the partition log's read), in
+/// chunks that double from `first_read_bytes`, while the answer wants more records, the stored
+/// bytes read stay under `max_bytes` and the log has more. Returns the records to answer with
+/// and the log's offsets as of the last read.
+///
+/// A later read that fails (retention removed the segment in between, say) ends the answer
+/// with the records already in hand; the client reads on from `next_offset`.
+fn read_on(
+    first: ReadResult,
+    first_read_bytes: usize,
+    params: &ReadParams,
+    mut read: impl FnMut(i64, usize) -> Result<ReadResult, LogError>,
+) -> Result<(Decoded, ReadResult), ApiError> {
+    let mut decoded = Decoded::new(params.offset);
     let mut budget_bytes = 0usize;
-    for batch in Batches::new(read.records.clone()) {
-        let batch = match batch {
-            Ok(batch) => batch,
-            Err(e) => return undecodable(out, e),
-        };
-        if batch.next_offset() <= out.next_offset {
-            continue;
+    let mut read_bytes = first.records.len();
+    let mut chunk = first_read_bytes.max(1);
+    let mut last = first;
+    loop {
+        let records = std::mem::take(&mut last.records);
+        if records.is_empty() || decoded.take(records, params, &mut budget_bytes)? == Take::Full {
+            break;
         }
-        if batch.is_control() {
-            out.next_offset = batch.next_offset();
-            continue;
+        if read_bytes >= params.max_bytes || decoded.next_offset >= last.high_watermark {
+            break;
         }
-        let records = match batch.iter_records(DECOMPRESSED_BYTES_MAX) {
-            Ok(records) => records,
-            Err(e) => return undecodable(out, e),
-        };
-        let mut skip = 0;
-        let mut take = 0;
-        let mut full = false;
-        for record in records.iter() {
-            let record = match record {
-                Ok(record) => record,
-                Err(e) => return undecodable(out, e),
-            };
-            if record.offset < params.offset {
-                skip += 1;
-                continue;
+        // Every read returns at least one whole batch, so the last one may go over
+        // `max_bytes` by less than a batch; its records still count against the budget.
+        chunk = chunk.saturating_mul(2).min(params.max_bytes - read_bytes);
+        match read(decoded.next_offset, chunk) {
+            Ok(more) => {
+                read_bytes += more.records.len();
+                last = more;
             }
-            let size = record_bytes(&record);
-            if out.count == params.max_records
-                || (out.count > 0 && budget_bytes + size > params.max_bytes)
-            {
-                full = true;
+            Err(e) => {
+                if !matches!(
+                    e,
+                    LogError::Closed { .. } | LogError::OffsetOutOfRange { .. }
+                ) {
+                    tracing::warn!(error = %e, "HTTP read failed reading on; answering with the records read so far");
+                }
                 break;
             }
-            budget_bytes += size;
-            out.value_bytes += record.value.map_or(0, <[u8]>::len);
-            out.count += 1;
-            out.first_offset.get_or_insert(record.offset);
-            out.next_offset = record.offset + 1;
-            take += 1;
         }
-        if take > 0 {
-            out.batches.push(Slice {
-                records,
-                skip,
-                take,
-            });
-        }
-        if full {
-            return Ok(out);
-        }
-        out.next_offset = out.next_offset.max(batch.next_offset());
     }
+    Ok((decoded, last))
+}
+
+/// Whether [`Decoded::take`] filled the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// `max_records` or `max_bytes` is reached (or an undecodable batch ends the answer).
+    Full,
+    /// Every record of the batches given was taken; more may follow.
+    More,
+}
+
+/// Which records of `read` to answer with: at or after `offset`, not in control batches, at
+/// most `max_records`, and (after the first) within `max_bytes` of keys, values and headers.
+#[cfg(test)]
+fn decode(read: &ReadResult, params: &ReadParams) -> Result<Decoded, ApiError> {
+    let mut out = Decoded::new(params.offset);
+    out.take(read.records.clone(), params, &mut 0)?;
     Ok(out)
+}
+
+impl Decoded {
+    fn new(offset: i64) -> Decoded {
+        Decoded {
+            batches: Vec::new(),
+            count: 0,
+            value_bytes: 0,
+            first_offset: None,
+            next_offset: offset,
+        }
+    }
+
+    /// Takes records from `records` (whole batches) into the answer: at or after `offset`, not
+    /// in control batches, up to `max_records` in all, and (after the first) within `max_bytes`
+    /// of keys, values and headers in all (`budget_bytes` carries the sum between calls).
+    fn take(
+        &mut self,
+        records: bytes::Bytes,
+        params: &ReadParams,
+        budget_bytes: &mut usize,
+    ) -> Result<Take, ApiError> {
+        let out = self;
+        for batch in Batches::new(records) {
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(e) => return undecodable(out, e),
+            };
+            if batch.next_offset() <= out.next_offset {
+                continue;
+            }
+            if batch.is_control() {
+                out.next_offset = batch.next_offset();
+                continue;
+            }
+            let records = match batch.iter_records(DECOMPRESSED_BYTES_MAX) {
+                Ok(records) => records,
+                Err(e) => return undecodable(out, e),
+            };
+            let mut skip = 0;
+            let mut take = 0;
+            let mut full = false;
+            for record in records.iter() {
+                let record = match record {
+                    Ok(record) => record,
+                    Err(e) => return undecodable(out, e),
+                };
+                if record.offset < params.offset {
+                    skip += 1;
+                    continue;
+                }
+                let size = record_bytes(&record);
+                if out.count == params.max_records
+                    || (out.count > 0 && *budget_bytes + size > params.max_bytes)
+                {
+                    full = true;
+                    break;
+                }
+                *budget_bytes += size;
+                out.value_bytes += record.value.map_or(0, <[u8]>::len);
+                out.count += 1;
+                out.first_offset.get_or_insert(record.offset);
+                out.next_offset = record.offset + 1;
+                take += 1;
+            }
+            if take > 0 {
+                out.batches.push(Slice {
+                    records,
+                    skip,
+                    take,
+                });
+            }
+            if full {
+                return Ok(Take::Full);
+            }
+            out.next_offset = out.next_offset.max(batch.next_offset());
+            // Exactly `max_records` taken: a further batch would only be read to be dropped.
+            if out.count == params.max_records {
+                return Ok(Take::Full);
+            }
+        }
+        Ok(Take::More)
+    }
 }
 
 /// A batch that cannot be decoded: answer with the records before it, or, if it is the first,
 /// with an error that says where to continue.
-fn undecodable(out: Decoded, e: DecodeError) -> Result<Decoded, ApiError> {
+fn undecodable(out: &Decoded, e: DecodeError) -> Result<Take, ApiError> {
     if out.count > 0 {
-        return Ok(out);
+        return Ok(Take::Full);
     }
     tracing::warn!(error = %e, "HTTP read found a batch it cannot decode");
     Err(ApiError::internal(format!(
@@ -660,6 +753,180 @@ mod tests {
         // The first record is always taken, even over max_bytes.
         let d = decode(&read, &params(14, 100, 1)).unwrap();
         assert_eq!((d.count, d.next_offset), (1, 15));
+    }
+
+    /// A partition log in memory: `batches` batches of `per_batch` records, each value
+    /// `value_len` bytes; records every read's offset and asked size.
+    struct FakeLog {
+        bytes: bytes::Bytes,
+        /// (first offset, next offset, start, end) of each batch in `bytes`.
+        batches: Vec<(i64, i64, usize, usize)>,
+        reads: Vec<(i64, usize)>,
+    }
+
+    impl FakeLog {
+        fn new(batches: usize, per_batch: usize, value_len: usize) -> FakeLog {
+            let value = vec![b'v'; value_len];
+            let mut all = BytesMut::new();
+            let mut index = Vec::new();
+            for b in 0..batches {
+                let base = (b * per_batch) as i64;
+                let read = read_of(&vec![&value[..]; per_batch], base);
+                let start = all.len();
+                all.extend_from_slice(&read.records);
+                index.push((base, base + per_batch as i64, start, all.len()));
+            }
+            FakeLog {
+                bytes: all.freeze(),
+                batches: index,
+                reads: Vec::new(),
+            }
+        }
+
+        fn high_watermark(&self) -> i64 {
+            self.batches.last().map_or(0, |b| b.1)
+        }
+
+        /// As `PartitionLog::read`: from the batch holding `offset`, at least one whole batch,
+        /// then more while they fit in `max_bytes`.
+        fn read(&mut self, offset: i64, max_bytes: usize) -> Result<ReadResult, LogError> {
+            self.reads.push((offset, max_bytes));
+            let first = self.batches.iter().position(|b| b.1 > offset);
+            let records = match first {
+                None => bytes::Bytes::new(),
+                Some(i) => {
+                    let start = self.batches[i].2;
+                    let mut end = self.batches[i].3;
+                    for b in &self.batches[i + 1..] {
+                        if b.3 - start > max_bytes {
+                            break;
+                        }
+                        end = b.3;
+                    }
+                    self.bytes.slice(start..end)
+                }
+            };
+            Ok(ReadResult {
+                records,
+                high_watermark: self.high_watermark(),
+                log_start_offset: 0,
+            })
+        }
+
+        /// `read_on` as `read` runs it: a first read of `FIRST_READ_BYTES` (at most
+        /// `max_bytes`), then on.
+        fn answer(&mut self, params: &ReadParams) -> Decoded {
+            let first_bytes = FIRST_READ_BYTES.min(params.max_bytes);
+            let first = self.read(params.offset, first_bytes).unwrap();
+            read_on(first, first_bytes, params, |o, m| self.read(o, m))
+                .unwrap()
+                .0
+        }
+
+        fn bytes_read(&self) -> usize {
+            // Each read returns whole batches from its offset; sum what each one returned.
+            let mut log = FakeLog {
+                bytes: self.bytes.clone(),
+                batches: self.batches.clone(),
+                reads: Vec::new(),
+            };
+            self.reads
+                .iter()
+                .map(|&(o, m)| log.read(o, m).unwrap().records.len())
+                .sum()
+        }
+    }
+
+    fn offsets(d: &Decoded) -> Vec<i64> {
+        taken(d).map(|r| r.offset).collect()
+    }
+
+    #[test]
+    fn a_read_stops_reading_once_it_has_max_records() {
+        // ~1.2 KiB batches of 10 records, ~1.2 MiB in all.
+        let mut log = FakeLog::new(1_000, 10, 100);
+        let d = log.answer(&params(0, 10, 64 << 20));
+        assert_eq!((d.count, d.next_offset), (10, 10));
+        // One read, of the first chunk only, although max_bytes allowed 64 MiB.
+        assert_eq!(log.reads, vec![(0, FIRST_READ_BYTES)]);
+        assert!(log.bytes_read() <= FIRST_READ_BYTES);
+
+        // Mid-batch start: skip 5, take 3.
+        let mut log = FakeLog::new(1_000, 10, 100);
+        let d = log.answer(&params(5, 3, 64 << 20));
+        assert_eq!(offsets(&d), vec![5, 6, 7]);
+        assert_eq!(log.reads.len(), 1);
+    }
+
+    #[test]
+    fn a_large_read_grows_its_chunks_and_answers_as_one_read_would() {
+        let mut log = FakeLog::new(1_000, 10, 100);
+        let wanted = params(3, 5_000, 64 << 20);
+        let d = log.answer(&wanted);
+        assert_eq!(
+            (d.count, d.first_offset, d.next_offset),
+            (5_000, Some(3), 5_003)
+        );
+        assert_eq!(offsets(&d), (3..5_003).collect::<Vec<_>>());
+        // Chunks double: 64, 128, 256, 512 KiB hold the ~600 KiB needed.
+        let sizes: Vec<usize> = log.reads.iter().map(|r| r.1).collect();
+        assert_eq!(
+            sizes,
+            vec![64 << 10, 128 << 10, 256 << 10, 512 << 10],
+            "reads: {:?}",
+            log.reads
+        );
+        // Each read starts where the one before ended: every byte is read once.
+        assert!(log.bytes_read() <= log.bytes.len());
+
+        // The same answer as decoding one read of everything.
+        let mut one = FakeLog::new(1_000, 10, 100);
+        let all = one.read(3, 64 << 20).unwrap();
+        let whole = decode(&all, &wanted).unwrap();
+        assert_eq!(offsets(&whole), offsets(&d));
+        assert_eq!(whole.next_offset, d.next_offset);
+        assert_eq!(whole.value_bytes, d.value_bytes);
+
+        // To the end of the log: stops at the high watermark.
+        let mut log = FakeLog::new(100, 10, 100);
+        let d = log.answer(&params(0, 100_000, 64 << 20));
+        assert_eq!((d.count, d.next_offset), (1_000, 1_000));
+    }
+
+    #[test]
+    fn a_read_stays_within_max_bytes_across_chunks() {
+        // 10 records of 1,000 value bytes per batch (~10 KiB).
+        let mut log = FakeLog::new(1_000, 10, 1_000);
+        let max_bytes = 200_000;
+        let d = log.answer(&params(0, 100_000, max_bytes));
+        // Record bytes: 200 records of 1,000 fit.
+        assert_eq!(d.count, 200);
+        assert_eq!(d.next_offset, 200);
+        // Stored bytes read: within max_bytes plus at most one batch.
+        let batch = log.batches[0].3 - log.batches[0].2;
+        assert!(
+            log.bytes_read() <= max_bytes + batch,
+            "read {} bytes",
+            log.bytes_read()
+        );
+    }
+
+    #[test]
+    fn a_failed_later_read_answers_with_the_records_in_hand() {
+        let mut log = FakeLog::new(1_000, 10, 100);
+        let wanted = params(0, 5_000, 64 << 20);
+        let first = log.read(0, FIRST_READ_BYTES).unwrap();
+        let (d, read) = read_on(first, FIRST_READ_BYTES, &wanted, |_, _| {
+            Err(LogError::OffsetOutOfRange {
+                requested: 0,
+                log_start: 600,
+                high_watermark: 10_000,
+            })
+        })
+        .unwrap();
+        assert!(d.count > 0 && d.count < 5_000);
+        assert_eq!(d.next_offset, d.count as i64);
+        assert_eq!(read.high_watermark, 10_000);
     }
 
     #[test]
