@@ -88,4 +88,7 @@ pub use error::{BatchError, LogError, Result, is_no_space};
 pub use faults::DiskFaults;
 pub use partition::{Appended, Durable, PartitionLog, ReadResult, RetentionOutcome};
 pub use recovery::{CLEAN_SHUTDOWN_MARKER, RecoveryAction, RecoveryReport};
-pub use space::{DataDirSpace, RECHECK_INTERVAL, ROOM_BYTES_MAX, SpaceStatus, statvfs};
+pub use space::{
+    DataDirSpace, FsSpace, RECHECK_INTERVAL, ROOM_BYTES_MAX, SpaceStatus, TRANSITION_LOG_INTERVAL,
+    statvfs,
+};

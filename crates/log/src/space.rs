@@ -7,12 +7,16 @@
 //! The directory has room again as soon as either
 //! - a later write into it succeeds ([`DataDirSpace::wrote`], called on every successful
 //!   append: one relaxed atomic load while there is room), or
-//! - a `statvfs` check sees at least [`DataDirSpace::room_threshold`] bytes available: a
-//!   watcher thread runs one every [`RECHECK_INTERVAL`] while the directory is full (and exits
-//!   when it has room), and [`DataDirSpace::recheck`] runs one on demand (`/readyz` does).
+//! - a `statvfs` check sees at least [`DataDirSpace::room_threshold`] bytes and some inodes
+//!   available: a watcher thread runs one every [`RECHECK_INTERVAL`] while the directory is
+//!   full (and exits when it has room), and [`DataDirSpace::recheck`] runs one on demand
+//!   (`/readyz`, `/metrics` and retention do). A quota (EDQUOT) is invisible to `statvfs`, so
+//!   when that was the error only a successful write ends the state.
 //!
 //! Each transition is logged once (a warning on becoming full, an info line on having room
-//! again), so a producer retrying against a full disk does not flood the log.
+//! again), so a producer retrying against a full disk does not flood the log; and should the
+//! state flap (space hovering around what one write needs), transitions closer together than
+//! [`TRANSITION_LOG_INTERVAL`] are logged at debug level only.
 //!
 //! Who shares one [`DataDirSpace`]: [`DataDirSpace::for_dir`] hands out the same state for the
 //! same directory path while any handle to it lives, so the group committer of the partition
@@ -25,7 +29,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the watcher thread checks a full directory's free space. Once a second keeps
 /// `/readyz` and the metric within about a second of an operator freeing space, at the cost of
@@ -40,6 +44,14 @@ pub const ROOM_BYTES_MAX: u64 = 16 << 20;
 /// On a small filesystem, an eighth of its size is enough instead (a 32 MiB test filesystem
 /// has room again with 4 MiB free).
 const ROOM_FRACTION_OF_TOTAL: u64 = 8;
+
+/// Free inodes a `statvfs` check wants to see too (a filesystem out of inodes fails file
+/// creation with ENOSPC whatever its free bytes): a few new segments' worth.
+const ROOM_INODES_MIN: u64 = 64;
+
+/// Transitions of the state logged at warn/info level at most this often; closer ones go to
+/// debug level. Ten seconds keeps a flapping state to a handful of lines a minute.
+pub const TRANSITION_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What a [`DataDirSpace`] knows right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,12 +78,37 @@ pub struct DataDirSpace {
     shared: Arc<SpaceShared>,
 }
 
+#[derive(Debug, Default)]
+struct Transitions {
+    /// Why the directory became full, while it is.
+    reason: Option<String>,
+    /// The error was EDQUOT: `statvfs` cannot see it end.
+    quota: bool,
+    /// When a transition was last logged at warn/info level.
+    logged_at: Option<Instant>,
+}
+
+impl Transitions {
+    /// Whether to log a transition now at warn/info level (else debug), noting it.
+    fn log_loudly(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .logged_at
+            .is_some_and(|at| now.duration_since(at) < TRANSITION_LOG_INTERVAL)
+        {
+            return false;
+        }
+        self.logged_at = Some(now);
+        true
+    }
+}
+
 #[derive(Debug)]
 struct SpaceShared {
     dir: Option<PathBuf>,
     full: AtomicBool,
-    /// Serialises transitions, so each is logged once; holds why the directory became full.
-    reason: Mutex<Option<String>>,
+    /// Serialises transitions, so each is logged once.
+    transitions: Mutex<Transitions>,
     no_space_errors: AtomicU64,
     /// Whether a watcher thread is running.
     watching: AtomicBool,
@@ -112,7 +149,7 @@ impl DataDirSpace {
             shared: Arc::new(SpaceShared {
                 dir,
                 full: AtomicBool::new(false),
-                reason: Mutex::new(None),
+                transitions: Mutex::new(Transitions::default()),
                 no_space_errors: AtomicU64::new(0),
                 watching: AtomicBool::new(false),
             }),
@@ -139,19 +176,22 @@ impl DataDirSpace {
         if self.is_full() {
             return;
         }
-        let mut reason = self.lock_reason();
+        let mut transitions = self.lock_transitions();
         if self.shared.full.swap(true, Ordering::AcqRel) {
             return;
         }
         let why = format!("{op} {}: {error}", path.display());
-        tracing::warn!(
-            data_dir = %self.describe_dir(),
-            reason = %why,
-            "data directory is full: writes that need space fail (produce answers \
-             KAFKA_STORAGE_ERROR) until space is freed; reads keep working"
-        );
-        *reason = Some(why);
-        drop(reason);
+        const MESSAGE: &str = "data directory is full: writes that need space fail (produce \
+             answers KAFKA_STORAGE_ERROR) until space is freed; reads keep working";
+        if transitions.log_loudly() {
+            tracing::warn!(data_dir = %self.describe_dir(), reason = %why, "{MESSAGE}");
+        } else {
+            tracing::debug!(data_dir = %self.describe_dir(), reason = %why, "{MESSAGE}");
+        }
+        transitions.reason = Some(why);
+        transitions.quota = error.raw_os_error() == Some(libc::EDQUOT)
+            || error.kind() == io::ErrorKind::QuotaExceeded;
+        drop(transitions);
         self.start_watcher();
     }
 
@@ -164,16 +204,17 @@ impl DataDirSpace {
     }
 
     /// Checks the free space now (`statvfs`) and, if the directory is full but has at least
-    /// [`DataDirSpace::room_threshold`] bytes available, declares it to have room again.
-    /// Returns whether it is (still) full.
+    /// [`DataDirSpace::room_threshold`] bytes (and a few inodes) available, declares it to have
+    /// room again. Not after EDQUOT, which `statvfs` cannot see. Returns whether it is (still)
+    /// full. Costs nothing while the directory is not full.
     pub fn recheck(&self) -> bool {
-        if !self.is_full() {
-            return false;
+        if !self.is_full() || self.lock_transitions().quota {
+            return self.is_full();
         }
-        if let Some((free, total)) = self.statvfs()
-            && free >= Self::room_threshold(total)
+        if let Some(stat) = self.statvfs()
+            && stat.has_room()
         {
-            self.clear(&format!("{free} bytes are free"));
+            self.clear(&format!("{} bytes are free", stat.free_bytes));
         }
         self.is_full()
     }
@@ -192,28 +233,30 @@ impl DataDirSpace {
         SpaceStatus {
             dir: self.shared.dir.clone(),
             full: self.is_full(),
-            free_bytes: stat.map(|(free, _)| free),
-            total_bytes: stat.map(|(_, total)| total),
+            free_bytes: stat.map(|s| s.free_bytes),
+            total_bytes: stat.map(|s| s.total_bytes),
             no_space_errors: self.no_space_errors(),
-            reason: self.lock_reason().clone(),
+            reason: self.lock_transitions().reason.clone(),
         }
     }
 
     fn clear(&self, why: &str) {
-        let mut reason = self.lock_reason();
+        let mut transitions = self.lock_transitions();
         if !self.shared.full.swap(false, Ordering::AcqRel) {
             return;
         }
-        *reason = None;
-        tracing::info!(
-            data_dir = %self.describe_dir(),
-            "data directory has room again ({why}): appends resume"
-        );
+        transitions.reason = None;
+        transitions.quota = false;
+        if transitions.log_loudly() {
+            tracing::info!(data_dir = %self.describe_dir(), "data directory has room again ({why}): appends resume");
+        } else {
+            tracing::debug!(data_dir = %self.describe_dir(), "data directory has room again ({why}): appends resume");
+        }
     }
 
-    fn lock_reason(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+    fn lock_transitions(&self) -> std::sync::MutexGuard<'_, Transitions> {
         self.shared
-            .reason
+            .transitions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -225,8 +268,8 @@ impl DataDirSpace {
             .map_or_else(|| "(none)".to_owned(), |d| d.display().to_string())
     }
 
-    /// (available bytes, total bytes) of the filesystem holding the directory.
-    fn statvfs(&self) -> Option<(u64, u64)> {
+    /// The free space of the filesystem holding the directory.
+    fn statvfs(&self) -> Option<FsSpace> {
         let dir = self.shared.dir.as_deref()?;
         match statvfs(dir) {
             Ok(v) => Some(v),
@@ -272,8 +315,28 @@ fn watch(weak: &Weak<SpaceShared>) {
     }
 }
 
-/// (bytes available to unprivileged users, total bytes) of the filesystem holding `path`.
-pub fn statvfs(path: &Path) -> io::Result<(u64, u64)> {
+/// What `statvfs` says of a filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsSpace {
+    /// Bytes available to unprivileged users (`f_bavail`).
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+    /// Inodes available to unprivileged users (`f_favail`).
+    pub free_inodes: u64,
+    /// Inodes in all; 0 when the filesystem does not count them (btrfs, for one).
+    pub total_inodes: u64,
+}
+
+impl FsSpace {
+    /// Whether a full directory on this filesystem counts as having room again.
+    pub fn has_room(&self) -> bool {
+        self.free_bytes >= DataDirSpace::room_threshold(self.total_bytes)
+            && (self.total_inodes == 0 || self.free_inodes >= ROOM_INODES_MIN)
+    }
+}
+
+/// The free space of the filesystem holding `path`.
+pub fn statvfs(path: &Path) -> io::Result<FsSpace> {
     let c_path = CString::new(path.as_os_str().as_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
@@ -289,10 +352,12 @@ pub fn statvfs(path: &Path) -> io::Result<(u64, u64)> {
     #[allow(clippy::unnecessary_cast)]
     let block = stat.f_frsize as u64;
     #[allow(clippy::unnecessary_cast)]
-    Ok((
-        (stat.f_bavail as u64).saturating_mul(block),
-        (stat.f_blocks as u64).saturating_mul(block),
-    ))
+    Ok(FsSpace {
+        free_bytes: (stat.f_bavail as u64).saturating_mul(block),
+        total_bytes: (stat.f_blocks as u64).saturating_mul(block),
+        free_inodes: stat.f_favail as u64,
+        total_inodes: stat.f_files as u64,
+    })
 }
 
 #[cfg(test)]
@@ -323,7 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn a_statvfs_check_clears_the_state_when_there_is_room() {
+    fn a_statvfs_check_clears_the_state_when_there_is_room_unless_a_quota_was_hit() {
         let dir = tempfile::tempdir().unwrap();
         let space = DataDirSpace::for_dir(dir.path());
         space.no_space(
@@ -331,8 +396,14 @@ mod tests {
             dir.path(),
             &io::Error::from_raw_os_error(libc::EDQUOT),
         );
-        let (free, total) = statvfs(dir.path()).unwrap();
-        let expected_full = free < DataDirSpace::room_threshold(total);
+        assert!(space.recheck(), "EDQUOT: statvfs cannot see a quota end");
+        space.wrote();
+        space.no_space(
+            "create",
+            dir.path(),
+            &io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        let expected_full = !statvfs(dir.path()).unwrap().has_room();
         assert_eq!(space.recheck(), expected_full);
         assert_eq!(DataDirSpace::room_threshold(32 << 20), 4 << 20);
         assert_eq!(DataDirSpace::room_threshold(1 << 40), ROOM_BYTES_MAX);
