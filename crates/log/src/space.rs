@@ -15,8 +15,9 @@
 //!
 //! Each transition is logged once (a warning on becoming full, an info line on having room
 //! again), so a producer retrying against a full disk does not flood the log; and should the
-//! state flap (space hovering around what one write needs), transitions closer together than
-//! [`TRANSITION_LOG_INTERVAL`] are logged at debug level only.
+//! state flap (space hovering around what one write needs), a new full state within
+//! [`TRANSITION_LOG_INTERVAL`] of the last one logged goes to debug level, and so does its
+//! end: the warn and info lines always come in pairs, at most one pair per interval.
 //!
 //! Who shares one [`DataDirSpace`]: [`DataDirSpace::for_dir`] hands out the same state for the
 //! same directory path while any handle to it lives, so the group committer of the partition
@@ -84,22 +85,23 @@ struct Transitions {
     reason: Option<String>,
     /// The error was EDQUOT: `statvfs` cannot see it end.
     quota: bool,
-    /// When a transition was last logged at warn/info level.
-    logged_at: Option<Instant>,
+    /// When a full state was last logged at warn level.
+    warned_at: Option<Instant>,
+    /// Whether the current full state was logged at warn level (its end then is at info).
+    warned: bool,
 }
 
 impl Transitions {
-    /// Whether to log a transition now at warn/info level (else debug), noting it.
-    fn log_loudly(&mut self) -> bool {
+    /// Whether to log a new full state at warn level (else debug), noting it.
+    fn warn_now(&mut self) -> bool {
         let now = Instant::now();
-        if self
-            .logged_at
-            .is_some_and(|at| now.duration_since(at) < TRANSITION_LOG_INTERVAL)
-        {
-            return false;
+        self.warned = self
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= TRANSITION_LOG_INTERVAL);
+        if self.warned {
+            self.warned_at = Some(now);
         }
-        self.logged_at = Some(now);
-        true
+        self.warned
     }
 }
 
@@ -183,7 +185,7 @@ impl DataDirSpace {
         let why = format!("{op} {}: {error}", path.display());
         const MESSAGE: &str = "data directory is full: writes that need space fail (produce \
              answers KAFKA_STORAGE_ERROR) until space is freed; reads keep working";
-        if transitions.log_loudly() {
+        if transitions.warn_now() {
             tracing::warn!(data_dir = %self.describe_dir(), reason = %why, "{MESSAGE}");
         } else {
             tracing::debug!(data_dir = %self.describe_dir(), reason = %why, "{MESSAGE}");
@@ -247,7 +249,7 @@ impl DataDirSpace {
         }
         transitions.reason = None;
         transitions.quota = false;
-        if transitions.log_loudly() {
+        if std::mem::take(&mut transitions.warned) {
             tracing::info!(data_dir = %self.describe_dir(), "data directory has room again ({why}): appends resume");
         } else {
             tracing::debug!(data_dir = %self.describe_dir(), "data directory has room again ({why}): appends resume");
