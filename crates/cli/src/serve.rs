@@ -200,6 +200,9 @@ struct FileConfig {
 /// How often the config file is checked for changed HTTP API keys.
 const KEYS_RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Task polls between two checks for socket readiness on each runtime thread.
+const RUNTIME_EVENT_INTERVAL: u32 = 8;
+
 /// How often retention runs.
 const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -473,6 +476,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice")
+        // Look for socket readiness every 8 task polls instead of tokio's 61: under a produce
+        // flood each poll appends a batch, and a new client's first bytes would otherwise wait
+        // for dozens of them (measured: a new client's ApiVersions + Metadata with 200 busy
+        // producers took a median 63-240 ms and up to 0.7 s; with 8, 2-6 ms and up to 16 ms).
+        .event_interval(RUNTIME_EVENT_INTERVAL)
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {

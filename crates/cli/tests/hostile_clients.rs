@@ -431,3 +431,153 @@ fn connections_are_capped_per_ip_refusals_are_logged_sparingly_and_idle_ones_clo
     assert!(idle_closed >= 100.0, "idle closes: {idle_closed}");
     assert!(server.is_running());
 }
+
+/// One Produce v9 frame (acks=all) carrying `batch` for `topic`'s partition `partition`.
+fn produce_frame(topic: &str, partition: i32, batch: &bytes::Bytes, correlation_id: i32) -> Vec<u8> {
+    use sluice_protocol::kafka_protocol::messages::ProduceRequest;
+    use sluice_protocol::kafka_protocol::messages::produce_request::{
+        PartitionProduceData, TopicProduceData,
+    };
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(batch.clone())),
+                ]),
+        ]);
+    let mut out = BytesMut::new();
+    codec::encode_request(
+        &mut out,
+        ApiKey::Produce,
+        9,
+        correlation_id,
+        "load",
+        &RequestKind::Produce(request),
+    )
+    .unwrap();
+    out.to_vec()
+}
+
+/// Reads one response frame (size prefix and body) from `s`.
+fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size)?;
+    let mut body = vec![0u8; i32::from_be_bytes(size).max(0) as usize];
+    s.read_exact(&mut body)?;
+    Ok(body)
+}
+
+#[test]
+fn a_new_client_is_answered_at_once_while_producers_saturate_the_broker() {
+    use sluice_protocol::kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
+    use sluice_protocol::records::{ProducerRecord, encode_batch};
+
+    let server = Server::start_with_args(
+        tempfile::tempdir().unwrap(),
+        &["--memory-limit", "64MiB"],
+    );
+    server.ok(&["topic", "create", "load", "--partitions", "4"], "");
+    // 64 records of 4 KiB: a 256 KiB batch.
+    let mut batch = BytesMut::new();
+    let record = ProducerRecord {
+        key: None,
+        value: Some(bytes::Bytes::from(vec![b'v'; 4096])),
+        headers: Vec::new(),
+        timestamp_ms: 0,
+    };
+    encode_batch(&mut batch, &vec![record; 64]);
+    let batch = batch.freeze();
+
+    // 200 producers from the attacker's address, each keeping 4 requests in flight.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let producers: Vec<_> = (0..200)
+        .map(|p| {
+            let mut s = connect_from_attacker(&server);
+            let (stop, acknowledged, batch) =
+                (Arc::clone(&stop), Arc::clone(&acknowledged), batch.clone());
+            std::thread::spawn(move || {
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                // Encoded once; only the correlation id (bytes 8..12) changes.
+                let mut frame = produce_frame("load", p % 4, &batch, 0);
+                let mut correlation = 0i32;
+                let mut send = |s: &mut TcpStream| {
+                    correlation += 1;
+                    frame[8..12].copy_from_slice(&correlation.to_be_bytes());
+                    s.write_all(&frame)
+                };
+                for _ in 0..4 {
+                    if send(&mut s).is_err() {
+                        return;
+                    }
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    if read_frame(&mut s).is_err() || send(&mut s).is_err() {
+                        return;
+                    }
+                    acknowledged.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+
+    // A new client: connect, ApiVersions, Metadata, as every client starts.
+    let mut waits = Vec::new();
+    for i in 0..10 {
+        let started = Instant::now();
+        let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut out = BytesMut::new();
+        codec::encode_request(
+            &mut out,
+            ApiKey::ApiVersions,
+            3,
+            i,
+            "probe",
+            &RequestKind::ApiVersions(
+                ApiVersionsRequest::default()
+                    .with_client_software_name(StrBytes::from_static_str("probe"))
+                    .with_client_software_version(StrBytes::from_static_str("1")),
+            ),
+        )
+        .unwrap();
+        codec::encode_request(
+            &mut out,
+            ApiKey::Metadata,
+            12,
+            i + 100,
+            "probe",
+            &RequestKind::Metadata(MetadataRequest::default()),
+        )
+        .unwrap();
+        s.write_all(&out).unwrap();
+        read_frame(&mut s).expect("ApiVersions response");
+        read_frame(&mut s).expect("Metadata response");
+        waits.push(started.elapsed());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let during = acknowledged.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.join().unwrap();
+    }
+    waits.sort();
+    eprintln!(
+        "new-client waits (ApiVersions + Metadata): min {:?}, median {:?}, max {:?}; {during} produce requests acknowledged meanwhile",
+        waits[0],
+        waits[waits.len() / 2],
+        waits[waits.len() - 1]
+    );
+    assert!(during > 0, "the producers made no progress");
+    assert!(
+        waits[waits.len() - 1] < Duration::from_millis(500),
+        "a new client waited {:?} to be answered",
+        waits[waits.len() - 1]
+    );
+}
