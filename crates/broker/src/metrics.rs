@@ -98,6 +98,25 @@ pub struct Metrics {
     http_connections: HttpConnectionMetrics,
     records_in: AtomicU64,
     records_out: AtomicU64,
+    listener: ListenerMetrics,
+}
+
+/// Why the Kafka listener closed a connection on its own, as the `reason` label.
+pub const CONNECTION_CLOSE_REASONS: [&str; 6] = [
+    "idle",
+    "request_timeout",
+    "write_stalled",
+    "bad_frame",
+    "malformed",
+    "refused",
+];
+
+/// The Kafka listener's connection counts.
+#[derive(Debug, Default)]
+struct ListenerMetrics {
+    open: AtomicU64,
+    /// Indexed like [`CONNECTION_CLOSE_REASONS`].
+    closed: [AtomicU64; CONNECTION_CLOSE_REASONS.len()],
 }
 
 impl Default for Metrics {
@@ -112,6 +131,7 @@ impl Default for Metrics {
             http_connections: HttpConnectionMetrics::default(),
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            listener: ListenerMetrics::default(),
         }
     }
 }
@@ -200,6 +220,23 @@ impl Metrics {
         self.records_out.fetch_add(records, Ordering::Relaxed);
     }
 
+    /// A Kafka connection was admitted (`true`) or has ended (`false`).
+    pub fn kafka_connection_open(&self, opened: bool) {
+        if opened {
+            self.listener.open.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.listener.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The Kafka listener closed (or refused) a connection for `reason`, one of
+    /// [`CONNECTION_CLOSE_REASONS`].
+    pub fn kafka_connection_closed(&self, reason: &str) {
+        if let Some(i) = CONNECTION_CLOSE_REASONS.iter().position(|r| *r == reason) {
+            self.listener.closed[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Requests answered through the Kafka listener so far, all APIs together.
     pub fn kafka_requests_total(&self) -> u64 {
         self.kafka
@@ -286,6 +323,60 @@ pub fn render(broker: &Broker) -> String {
             *sum,
         );
     }
+
+    out.family(
+        "sluice_kafka_connections",
+        "gauge",
+        "Kafka client connections open now.",
+    );
+    out.sample(
+        "sluice_kafka_connections",
+        &[],
+        m.listener.open.load(Ordering::Relaxed),
+    );
+    out.family(
+        "sluice_kafka_connections_closed_total",
+        "counter",
+        "Kafka connections the broker closed or refused on its own, by reason (idle, request_timeout, write_stalled, bad_frame, malformed, refused).",
+    );
+    for (reason, count) in CONNECTION_CLOSE_REASONS.iter().zip(&m.listener.closed) {
+        out.sample(
+            "sluice_kafka_connections_closed_total",
+            &[("reason", reason)],
+            count.load(Ordering::Relaxed),
+        );
+    }
+
+    // Memory budget.
+    let memory = broker.memory();
+    out.family(
+        "sluice_memory_limit_bytes",
+        "gauge",
+        "The memory budget for data held for clients (memory_limit).",
+    );
+    out.sample("sluice_memory_limit_bytes", &[], memory.limit());
+    out.family(
+        "sluice_memory_used_bytes",
+        "gauge",
+        "Bytes of the memory budget reserved now: request frames, fetch responses, HTTP bodies and reads.",
+    );
+    out.sample("sluice_memory_used_bytes", &[], memory.used());
+    out.family(
+        "sluice_memory_short_total",
+        "counter",
+        "Times a reservation waited or was cut short because the memory budget was short.",
+    );
+    out.sample("sluice_memory_short_total", &[], memory.short_count());
+    out.family(
+        "sluice_memory_forced_over_bytes_total",
+        "counter",
+        "Bytes reserved past the memory budget to serve a batch larger than the room left, in all.",
+    );
+    out.sample(
+        "sluice_memory_forced_over_bytes_total",
+        &[],
+        memory.forced_over_bytes(),
+    );
 
     // HTTP API.
     /// One HTTP series, copied out of the lock.

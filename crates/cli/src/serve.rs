@@ -478,8 +478,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .thread_name("sluice")
         // Look for socket readiness every 8 task polls instead of tokio's 61: under a produce
         // flood each poll appends a batch, and a new client's first bytes would otherwise wait
-        // for dozens of them (measured: a new client's ApiVersions + Metadata with 200 busy
-        // producers took a median 63-240 ms and up to 0.7 s; with 8, 2-6 ms and up to 16 ms).
+        // for dozens of them. Measured with 200 producers keeping 256 KiB requests in flight
+        // (hostile_clients.rs), a new client's ApiVersions + Metadata: debug build, median
+        // 97-240 ms and up to 0.7 s with 61, median 2-4 ms and up to 11 ms with 8; release
+        // build, median 4-6 ms and up to 28 ms with 61, 3-6 ms and up to 16 ms with 8.
         .event_interval(RUNTIME_EVENT_INTERVAL)
         .build()
         .context("starting the async runtime")?;
