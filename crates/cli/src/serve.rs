@@ -403,10 +403,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(v) = args.max_message_bytes.or(file.max_message_bytes) {
         broker_config.max_message_bytes = v;
     }
-    let memory_limit = args
-        .memory_limit
-        .or(file.memory_limit)
-        .map_or(sluice_broker::memory::MEMORY_LIMIT_DEFAULT as u64, ByteSize::bytes);
+    let memory_limit = args.memory_limit.or(file.memory_limit).map_or(
+        sluice_broker::memory::MEMORY_LIMIT_DEFAULT as u64,
+        ByteSize::bytes,
+    );
     let memory_limit = usize::try_from(memory_limit).unwrap_or(usize::MAX);
     // One request, and one fetch response, must fit in the budget with room to spare for the
     // others; unset, both limits shrink with a small budget instead of refusing to start.
@@ -464,7 +464,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     for (name, v) in [
         ("max_connections", server_config.max_connections),
-        ("max_connections_per_ip", server_config.max_connections_per_ip),
+        (
+            "max_connections_per_ip",
+            server_config.max_connections_per_ip,
+        ),
     ] {
         if v == 0 {
             bail!("{name} must be at least 1");

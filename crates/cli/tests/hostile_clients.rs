@@ -177,11 +177,31 @@ fn kcat_round_trip(server: &Server, topic: &str) -> Duration {
     );
     let bootstrap = server.bootstrap();
     kcat(
-        &["-P", "-b", &bootstrap, "-t", topic, "-X", "message.timeout.ms=20000"],
+        &[
+            "-P",
+            "-b",
+            &bootstrap,
+            "-t",
+            topic,
+            "-X",
+            "message.timeout.ms=20000",
+        ],
         "still here\n",
     );
     let out = kcat(
-        &["-C", "-b", &bootstrap, "-t", topic, "-o", "beginning", "-c", "2", "-e", "-q"],
+        &[
+            "-C",
+            "-b",
+            &bootstrap,
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-c",
+            "2",
+            "-e",
+            "-q",
+        ],
         "",
     );
     assert_eq!(out.trim(), "over http\nstill here");
@@ -244,11 +264,14 @@ fn unread_fetches_and_slow_consumers_stay_within_the_memory_limit() {
             let mut s = connect_from_attacker(&server);
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
-                s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
                 let mut buf = vec![0u8; 16 << 10];
                 let mut correlation = 1000 + c * 1000;
                 while !stop.load(Ordering::Relaxed) {
-                    if s.write_all(&fetch_frame("big", 50_000_000, correlation)).is_err() {
+                    if s.write_all(&fetch_frame("big", 50_000_000, correlation))
+                        .is_err()
+                    {
                         return;
                     }
                     correlation += 1;
@@ -321,7 +344,8 @@ fn half_sent_frames_stay_within_the_memory_limit_and_time_out() {
             let mut s = connect_from_attacker(&server);
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
-                s.set_write_timeout(Some(Duration::from_millis(500))).unwrap();
+                s.set_write_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
                 let mut head = (frame_bytes as i32).to_be_bytes().to_vec();
                 head.extend_from_slice(&0i16.to_be_bytes()); // Produce
                 head.extend_from_slice(&9i16.to_be_bytes());
@@ -371,14 +395,24 @@ fn half_sent_frames_stay_within_the_memory_limit_and_time_out() {
         "peak RSS {} MiB, kcat round trip {round_trip:?}, closed for request timeout: {closed}",
         watch.peak() / MIB
     );
-    assert!(closed >= 1.0, "no connection closed for its request timeout");
     assert!(
-        peak_during <= limit_bytes(limit_mib) * 3 / 2 && watch.peak() <= limit_bytes(limit_mib) * 3 / 2,
+        closed >= 1.0,
+        "no connection closed for its request timeout"
+    );
+    assert!(
+        peak_during <= limit_bytes(limit_mib) * 3 / 2
+            && watch.peak() <= limit_bytes(limit_mib) * 3 / 2,
         "peak RSS {} MiB is over 1.5 x the {limit_mib} MiB memory limit",
         watch.peak() / MIB
     );
     assert!(server.is_running());
-    assert_eq!(server.log_lines_with("a request was not received whole").len().min(1), 1);
+    assert_eq!(
+        server
+            .log_lines_with("a request was not received whole")
+            .len()
+            .min(1),
+        1
+    );
 }
 
 #[test]
@@ -415,23 +449,37 @@ fn connections_are_capped_per_ip_refusals_are_logged_sparingly_and_idle_ones_clo
     // A normal client from another address is not affected.
     let round_trip = kcat_round_trip(&server, "probe");
     assert!(round_trip < Duration::from_secs(10), "{round_trip:?}");
-    assert!(opened.elapsed() < idle, "the checks above took longer than the idle timeout");
-    assert_eq!(refused, 200, "connections over max_connections_per_ip are closed");
+    assert!(
+        opened.elapsed() < idle,
+        "the checks above took longer than the idle timeout"
+    );
+    assert_eq!(
+        refused, 200,
+        "connections over max_connections_per_ip are closed"
+    );
     let lines = server.log_lines_with("refusing connection");
     assert!(
         (1..=3).contains(&lines.len()),
         "refusals are logged at most once per few seconds, got {} lines",
         lines.len()
     );
-    assert_eq!(metric(&server, "sluice_kafka_connections_closed_total{reason=\"refused\"} "), 200.0);
+    assert_eq!(
+        metric(
+            &server,
+            "sluice_kafka_connections_closed_total{reason=\"refused\"} "
+        ),
+        200.0
+    );
 
     // The 100 kept ones are closed once idle for connections_max_idle_ms.
     let deadline = Instant::now() + idle * 3;
     let kept: Vec<&TcpStream> = sockets.iter().collect();
     let mut closed = 0;
     for s in kept {
-        s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(1)))
-            .unwrap();
+        s.set_read_timeout(Some(
+            deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(1),
+        ))
+        .unwrap();
         let mut byte = [0u8; 1];
         match (&*s).read(&mut byte) {
             Ok(0) => closed += 1,
@@ -440,13 +488,21 @@ fn connections_are_capped_per_ip_refusals_are_logged_sparingly_and_idle_ones_clo
         }
     }
     assert_eq!(closed, 300, "every socket is closed by now");
-    let idle_closed = metric(&server, "sluice_kafka_connections_closed_total{reason=\"idle\"} ");
+    let idle_closed = metric(
+        &server,
+        "sluice_kafka_connections_closed_total{reason=\"idle\"} ",
+    );
     assert!(idle_closed >= 100.0, "idle closes: {idle_closed}");
     assert!(server.is_running());
 }
 
 /// One Produce v9 frame (acks=all) carrying `batch` for `topic`'s partition `partition`.
-fn produce_frame(topic: &str, partition: i32, batch: &bytes::Bytes, correlation_id: i32) -> Vec<u8> {
+fn produce_frame(
+    topic: &str,
+    partition: i32,
+    batch: &bytes::Bytes,
+    correlation_id: i32,
+) -> Vec<u8> {
     use sluice_protocol::kafka_protocol::messages::ProduceRequest;
     use sluice_protocol::kafka_protocol::messages::produce_request::{
         PartitionProduceData, TopicProduceData,
@@ -490,10 +546,8 @@ fn a_new_client_is_answered_at_once_while_producers_saturate_the_broker() {
     use sluice_protocol::kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
     use sluice_protocol::records::{ProducerRecord, encode_batch};
 
-    let server = Server::start_with_args(
-        tempfile::tempdir().unwrap(),
-        &["--memory-limit", "64MiB"],
-    );
+    let server =
+        Server::start_with_args(tempfile::tempdir().unwrap(), &["--memory-limit", "64MiB"]);
     server.ok(&["topic", "create", "load", "--partitions", "4"], "");
     // 64 records of 4 KiB: a 256 KiB batch.
     let mut batch = BytesMut::new();

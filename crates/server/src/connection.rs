@@ -333,7 +333,11 @@ impl Connection {
                     codec::encode_response(&mut out, ApiKey::ApiVersions, 0, correlation_id, &body)
                         .map(|()| Some(out.freeze()))
                         .map_err(|e| tracing::error!(error = %e, "encoding ApiVersions v0"));
-                memory.resize(response.as_ref().map_or(0, |r| r.as_ref().map_or(0, Bytes::len)));
+                memory.resize(
+                    response
+                        .as_ref()
+                        .map_or(0, |r| r.as_ref().map_or(0, Bytes::len)),
+                );
                 in_flight.push_back(futures::future::ready(Finished { response, memory }).boxed());
                 Ok(())
             }

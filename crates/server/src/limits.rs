@@ -23,7 +23,10 @@ impl std::fmt::Display for Refusal {
                 write!(f, "{open} connections open (max_connections {max})")
             }
             Refusal::PerIp { open, max } => {
-                write!(f, "{open} connections open from this IP (max_connections_per_ip {max})")
+                write!(
+                    f,
+                    "{open} connections open from this IP (max_connections_per_ip {max})"
+                )
             }
         }
     }
@@ -150,9 +153,15 @@ mod tests {
         let b: IpAddr = "127.0.0.3".parse().unwrap();
         let a1 = limits.admit(a).unwrap();
         let _a2 = limits.admit(a).unwrap();
-        assert_eq!(limits.admit(a).unwrap_err(), Refusal::PerIp { open: 2, max: 2 });
+        assert_eq!(
+            limits.admit(a).unwrap_err(),
+            Refusal::PerIp { open: 2, max: 2 }
+        );
         let _b1 = limits.admit(b).unwrap();
-        assert_eq!(limits.admit(b).unwrap_err(), Refusal::Total { open: 3, max: 3 });
+        assert_eq!(
+            limits.admit(b).unwrap_err(),
+            Refusal::Total { open: 3, max: 3 }
+        );
         drop(a1);
         assert_eq!(limits.open(), 2);
         let _b2 = limits.admit(b).unwrap();
