@@ -170,7 +170,7 @@ impl MemoryBudget {
         held.add(ask.client, bytes);
         Some(Reservation {
             inner: Arc::clone(&self.inner),
-            client: ask.client,
+            ask,
             bytes,
         })
     }
@@ -190,11 +190,11 @@ impl MemoryBudget {
         }
     }
 
-    /// A reservation of nothing for `client`, to grow or merge into later.
-    pub fn empty(&self, client: Option<IpAddr>) -> Reservation {
+    /// A reservation of nothing for `ask`, to grow or merge into later.
+    pub fn empty(&self, ask: Ask) -> Reservation {
         Reservation {
             inner: Arc::clone(&self.inner),
-            client,
+            ask,
             bytes: 0,
         }
     }
@@ -271,7 +271,8 @@ impl Held {
 #[derive(Debug)]
 pub struct Reservation {
     inner: Arc<Inner>,
-    client: Option<IpAddr>,
+    /// The class and client the bytes are held for.
+    ask: Ask,
     bytes: usize,
 }
 
@@ -281,6 +282,29 @@ impl Reservation {
         self.bytes
     }
 
+    /// Takes `more` bytes if the pool has them now for this reservation's class and client.
+    pub fn try_grow(&mut self, more: usize) -> bool {
+        self.grow_up_to(more, more) == more
+    }
+
+    /// Takes as much of `want` more bytes as the pool has now for this reservation's class and
+    /// client, if that is at least `min`; returns the bytes taken (0 when fewer than `min`).
+    pub fn grow_up_to(&mut self, min: usize, want: usize) -> usize {
+        let mut held = self.inner.held();
+        let free = self.inner.free(&held, self.ask);
+        if free < min.min(want) {
+            self.inner.short.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let more = want.min(free);
+        if more < want {
+            self.inner.short.fetch_add(1, Ordering::Relaxed);
+        }
+        held.add(self.ask.client, more);
+        self.bytes += more;
+        more
+    }
+
     /// Makes the reservation exactly `bytes`: gives back what is no longer needed, or takes more
     /// without waiting, past the limit if need be. Growth is for memory already in use that
     /// must be accounted for (a batch larger than the space reserved, which Kafka says must
@@ -288,12 +312,12 @@ impl Reservation {
     /// [`MemoryBudget::forced_over_bytes`].
     pub fn resize(&mut self, bytes: usize) {
         if bytes < self.bytes {
-            self.inner.give_back(self.client, self.bytes - bytes);
+            self.inner.give_back(self.ask.client, self.bytes - bytes);
         } else if bytes > self.bytes {
             let more = bytes - self.bytes;
             let mut held = self.inner.held();
             let over = (held.total + more).saturating_sub(self.inner.limit.max(held.total));
-            held.add(self.client, more);
+            held.add(self.ask.client, more);
             drop(held);
             if over > 0 {
                 self.inner
@@ -307,14 +331,14 @@ impl Reservation {
     /// Takes `other`'s bytes into this reservation (both must be held for the same client).
     pub fn merge(&mut self, mut other: Reservation) {
         debug_assert!(Arc::ptr_eq(&self.inner, &other.inner));
-        if other.client == self.client {
+        if other.ask.client == self.ask.client {
             self.bytes += std::mem::take(&mut other.bytes);
         } else {
             // Held for another client: move the bytes over in the books.
             let bytes = std::mem::take(&mut other.bytes);
             let mut held = self.inner.held();
-            held.remove(other.client, bytes);
-            held.add(self.client, bytes);
+            held.remove(other.ask.client, bytes);
+            held.add(self.ask.client, bytes);
             self.bytes += bytes;
         }
     }
@@ -322,7 +346,7 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.inner.give_back(self.client, self.bytes);
+        self.inner.give_back(self.ask.client, self.bytes);
     }
 }
 
@@ -389,6 +413,21 @@ mod tests {
     }
 
     #[test]
+    fn try_grow_respects_class_and_share() {
+        let pool = MemoryBudget::new(1600);
+        let mut r = pool.empty(client(2));
+        assert!(r.try_grow(500));
+        assert!(r.try_grow(300));
+        assert!(!r.try_grow(1), "the client's share is 800");
+        assert_eq!(r.bytes(), 800);
+        r.resize(700);
+        assert_eq!(r.grow_up_to(50, 500), 100);
+        assert_eq!(r.grow_up_to(1, 500), 0);
+        drop(r);
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[test]
     fn resize_shrinks_forces_growth_and_merge_moves_bytes() {
         let pool = MemoryBudget::new(1000);
         let mut r = pool.try_reserve(500, client(2)).unwrap();
@@ -397,7 +436,7 @@ mod tests {
         r.resize(1200);
         assert_eq!(pool.used(), 1200);
         assert_eq!(pool.forced_over_bytes(), 200);
-        let mut e = pool.empty(Some(IpAddr::from([127, 0, 0, 3])));
+        let mut e = pool.empty(client(3));
         e.merge(r);
         assert_eq!(e.bytes(), 1200);
         assert_eq!(pool.inner.held().of(IpAddr::from([127, 0, 0, 3])), 1200);

@@ -54,7 +54,8 @@ pub struct ServeArgs {
     /// Serve the HTTP API without API keys on a non-loopback address [default: false]
     #[arg(long, env = "SLUICE_HTTP_ALLOW_ANONYMOUS")]
     http_allow_anonymous: Option<bool>,
-    /// Largest HTTP request body; larger gets 413 [default: 67108864 = 64 MiB]
+    /// Largest HTTP request body; larger gets 413 [default: 67108864 = 64 MiB, or a quarter
+    /// of --memory-limit if that is less]
     #[arg(long, env = "SLUICE_HTTP_MAX_BODY_BYTES")]
     http_max_body_bytes: Option<usize>,
     /// Most records one HTTP produce request may carry; more gets 413 [default: 100000]
@@ -227,7 +228,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .or(file.http_allow_anonymous)
         .unwrap_or(false);
     let mut http_config = HttpConfig::default();
-    if let Some(v) = args.http_max_body_bytes.or(file.http_max_body_bytes) {
+    let http_max_body_bytes = args.http_max_body_bytes.or(file.http_max_body_bytes);
+    if let Some(v) = http_max_body_bytes {
         http_config.max_body_bytes = v;
     }
     if let Some(v) = args
@@ -441,6 +443,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     broker_config.memory_limit = memory_limit;
+    // The HTTP API draws on the same budget: its bodies follow the same rule, and its reads
+    // share the Kafka fetch cap.
+    match http_max_body_bytes {
+        Some(v) if v > half_budget => bail!(
+            "http_max_body_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower http_max_body_bytes",
+            ByteSize(memory_limit as u64)
+        ),
+        Some(_) => {}
+        None => http_config.max_body_bytes = http_config.max_body_bytes.min(memory_limit / 4),
+    }
+    http_config.fetch_max_bytes = broker_config.fetch_max_bytes;
     if let Some(v) = args.request_timeout_ms.or(file.request_timeout_ms) {
         if v == 0 {
             bail!("request_timeout_ms must be at least 1");

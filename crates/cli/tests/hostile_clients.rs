@@ -81,8 +81,13 @@ impl Drop for RssWatch {
     }
 }
 
-/// A TCP connection to `server` from the attacker's address.
+/// A TCP connection to `server`'s Kafka listener from the attacker's address.
 fn connect_from_attacker(server: &Server) -> TcpStream {
+    connect_from_attacker_to(server.port)
+}
+
+/// A TCP connection to 127.0.0.1:`port` from the attacker's address.
+fn connect_from_attacker_to(port: u16) -> TcpStream {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -93,7 +98,7 @@ fn connect_from_attacker(server: &Server) -> TcpStream {
             .bind(SocketAddr::from((ATTACKER_IP, 0)))
             .expect("bind 127.0.0.2 (loopback)");
         let stream = socket
-            .connect(SocketAddr::from(([127, 0, 0, 1], server.port)))
+            .connect(SocketAddr::from(([127, 0, 0, 1], port)))
             .await
             .expect("connect");
         let stream = stream.into_std().unwrap();
@@ -647,4 +652,69 @@ fn a_new_client_is_answered_at_once_while_producers_saturate_the_broker() {
         "a new client waited {:?} to be answered",
         waits[waits.len() - 1]
     );
+}
+
+#[test]
+fn http_bodies_come_out_of_the_memory_budget() {
+    let limit_mib = 64;
+    let server = Server::start_with_args(
+        tempfile::tempdir().unwrap(),
+        &[
+            "--memory-limit",
+            "64MiB",
+            "--http-body-read-timeout-ms",
+            "20000",
+        ],
+    );
+    server.ok(&["topic", "create", "probe"], "");
+    let watch = RssWatch::start(server.pid());
+    // Uploads from one address that declare 15 MiB each and send 8 MiB of it: two fit in that
+    // address's half of the budget; the rest are answered 503 before their bodies are read.
+    let body_bytes = 15 << 20;
+    let mut stalled = Vec::new();
+    let mut refused = 0;
+    for _ in 0..6 {
+        let mut s = connect_from_attacker_to(server.http_port);
+        let head = format!(
+            "POST /topics/probe/records HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {body_bytes}\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut answer = [0u8; 12];
+        match s.read(&mut answer) {
+            Ok(n) if n > 0 => {
+                let status = String::from_utf8_lossy(&answer[..n]).into_owned();
+                assert!(status.contains("503"), "{status}");
+                refused += 1;
+            }
+            _ => {
+                s.write_all(&vec![b'x'; 8 << 20]).unwrap();
+                stalled.push(s);
+            }
+        }
+    }
+    // A normal produce from another address still gets through.
+    let response = reqwest::blocking::Client::new()
+        .post(format!("{}/topics/probe/records", server.http_url()))
+        .body(r#"{"value": "fine"}"#)
+        .header("content-type", "application/json")
+        .timeout(Duration::from_secs(10))
+        .send()
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let used = metric(&server, "sluice_memory_used_bytes ");
+    drop(stalled);
+    eprintln!(
+        "stalled {}, refused {refused}, budget used {} MiB, peak RSS {} MiB",
+        6 - refused,
+        used as u64 / MIB,
+        watch.peak() / MIB
+    );
+    assert_eq!(
+        refused, 4,
+        "two 15 MiB bodies fill one address's 32 MiB share"
+    );
+    assert!(used as u64 <= limit_bytes(limit_mib));
+    assert!(watch.peak() <= limit_bytes(limit_mib) * 3 / 2);
 }

@@ -39,6 +39,7 @@
 
 use std::convert::Infallible;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::ConnectInfo;
 use axum::http::Request;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -136,12 +138,13 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> io::Result<()
             _ = stop.wait_for(|stopping| *stopping) => break,
         };
         match accepted {
-            Ok((tcp, _peer)) => {
+            Ok((tcp, peer)) => {
                 backoff = ACCEPT_BACKOFF_MIN;
                 match Arc::clone(&slots).try_acquire_owned() {
                     Ok(slot) => {
                         tokio::spawn(serve_connection(
                             tcp,
+                            peer,
                             router.clone(),
                             Arc::clone(&state),
                             timeouts,
@@ -203,6 +206,7 @@ fn is_per_connection_error(e: &io::Error) -> bool {
 /// or shutdown has let its last request finish.
 async fn serve_connection(
     tcp: TcpStream,
+    peer: SocketAddr,
     router: Router,
     state: Arc<AppState>,
     timeouts: Timeouts,
@@ -218,7 +222,9 @@ async fn serve_connection(
     });
     let service = {
         let activity = Arc::clone(&activity);
-        hyper::service::service_fn(move |request: Request<Incoming>| {
+        hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            // The client's address: the memory budget's per-client share goes by it.
+            request.extensions_mut().insert(ConnectInfo(peer));
             // From here to the end of the response body, the connection is busy.
             let busy = Busy::start(&activity);
             let mut router = router.clone();

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -40,6 +40,7 @@ use sluice_protocol::records::{Batches, DECOMPRESSED_BYTES_MAX, DecodeError, Rec
 use tokio::time::Instant;
 
 use crate::auth::{Access, Principal};
+use crate::limits::RequestMemory;
 use crate::produce::BINARY_CONTENT_TYPE;
 use crate::{ApiError, AppState};
 
@@ -71,11 +72,13 @@ struct ReadParams {
 pub async fn consume(
     State(state): State<Arc<AppState>>,
     principal: Principal,
+    memory: Option<Extension<RequestMemory>>,
     path: Result<Path<(String, String)>, PathRejection>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
-    match read(&state, &principal, path, query, &headers).await {
+    let memory = memory.map(|Extension(m)| m);
+    match read(&state, &principal, memory.as_ref(), path, query, &headers).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
@@ -124,6 +127,7 @@ impl IntoResponse for ReadError {
 async fn read(
     state: &AppState,
     principal: &Principal,
+    memory: Option<&RequestMemory>,
     path: Result<Path<(String, String)>, PathRejection>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: &HeaderMap,
@@ -160,8 +164,30 @@ async fn read(
         })?;
     let binary = accepts_binary(headers);
 
+    // What is read comes out of the memory budget: the first read before the long poll, the
+    // rest once there is something to read on from. Short of room, the answer is smaller.
     let first_read_bytes = FIRST_READ_BYTES.min(params.max_bytes);
+    let first_read_bytes = match memory {
+        Some(memory) => memory.grow_up_to(1, first_read_bytes),
+        None => first_read_bytes,
+    };
+    if first_read_bytes == 0 {
+        return Err(ApiError::unavailable(
+            "the broker holds as much data for clients as its memory_limit allows; retry the read in a moment",
+        )
+        .into());
+    }
     let first = long_poll(state, &log, &params, first_read_bytes).await?;
+    let params = match memory {
+        Some(memory) if params.max_bytes > first_read_bytes => {
+            let more = memory.grow_up_to(0, params.max_bytes - first_read_bytes);
+            ReadParams {
+                max_bytes: first_read_bytes + more,
+                ..params
+            }
+        }
+        _ => params,
+    };
     let (decoded, read) = read_on(first, first_read_bytes, &params, |offset, max_bytes| {
         log.read(offset, max_bytes)
     })?;

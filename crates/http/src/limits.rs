@@ -17,27 +17,61 @@
 //!    slot. Why one deadline for the whole body rather than a limit on the pause between
 //!    reads: a client that sends a byte just before each pause limit would hold its slot for
 //!    as long as it liked; a whole-body deadline bounds the hold, whatever the client does;
-//! 4. metrics: method, route pattern, status, time to the response head, and body sizes go to
+//! 4. memory: the request's body and its answer come out of the broker's memory budget
+//!    ([`sluice_broker::memory`]), as the Kafka listener's frames do. A declared body is
+//!    reserved whole before any of it is read, a chunked one as it arrives; a handler that reads
+//!    records grows the same reservation ([`RequestMemory`]) before it reads; once the answer
+//!    is built the reservation is resized to the answer's size and held until it has been sent.
+//!    When the budget has no room the request is answered 503 with `Retry-After: 1` at once;
+//!    one client address may hold at most half the budget;
+//! 5. metrics: method, route pattern, status, time to the response head, and body sizes go to
 //!    [`sluice_broker::metrics::Metrics::http_request`] once the response body is done.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body::{Frame, SizeHint};
+use sluice_broker::memory::{Ask, Class, Reservation};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
 use crate::{ApiError, AppState, HttpConfig};
+
+/// The memory one request holds from the broker's budget: its body as it arrives, what its
+/// handler reads for the answer, then the answer until it has been sent. In the request's
+/// extensions for handlers that read records ([`RequestMemory::grow_up_to`]).
+#[derive(Debug, Clone)]
+pub struct RequestMemory(Arc<Mutex<Reservation>>);
+
+impl RequestMemory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Reservation> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reserves as much of `want` more bytes as the budget has now, if at least `min`;
+    /// returns the bytes reserved (0 when fewer than `min` are free).
+    pub fn grow_up_to(&self, min: usize, want: usize) -> usize {
+        self.lock().grow_up_to(min, want)
+    }
+}
+
+/// The 503 a request gets when the memory budget has no room for it.
+fn memory_short(what: &str) -> ApiError {
+    ApiError::unavailable(format!(
+        "the broker holds as much data for clients as its memory_limit allows; {what} does not fit now: retry in a moment, or send less per request"
+    ))
+}
 
 /// Routes that take no permit from the concurrent-request budget.
 const EXEMPT_ROUTES: [&str; 2] = ["/healthz", "/readyz"];
@@ -98,6 +132,13 @@ async fn limit_and_measure(
         .as_ref()
         .is_some_and(|r| EXEMPT_ROUTES.contains(&r.as_str()));
     let declared_in = content_length(request.headers());
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let memory = RequestMemory(Arc::new(Mutex::new(
+        state.broker.memory().empty(Ask::new(Class::Bulk, client)),
+    )));
     let mut meter = Meter {
         state: Arc::clone(&state),
         method,
@@ -107,6 +148,7 @@ async fn limit_and_measure(
         bytes_in: BytesIn::Declared(declared_in.unwrap_or(0)),
         bytes_out: 0,
         _permit: None,
+        memory: memory.clone(),
     };
 
     if !exempt {
@@ -133,6 +175,30 @@ async fn limit_and_measure(
         ));
         return meter.attach(error.into_response(), started);
     }
+    // A declared body is reserved whole before any of it is read.
+    if let Some(len) = declared_in
+        && len > 0
+        && !memory.lock().try_grow(len as usize)
+    {
+        let error = memory_short(&format!("a body of {len} bytes"));
+        return meter.attach(error.into_response(), started);
+    }
+    let mut request = request;
+    request.extensions_mut().insert(memory.clone());
+    // A body without a declared length is reserved as it arrives.
+    let short = Arc::new(AtomicBool::new(false));
+    let request = if declared_in.is_none() && !request.body().is_end_stream() {
+        let (memory, short) = (memory.clone(), Arc::clone(&short));
+        request.map(|body| {
+            Body::new(BudgetedBody {
+                inner: body,
+                memory,
+                short,
+            })
+        })
+    } else {
+        request
+    };
     // A body that has yet to arrive gets the body-read deadline.
     let timeout = state.limits.body_read_timeout;
     let deadline = (!request.body().is_end_stream()).then(|| Arc::new(BodyDeadline::default()));
@@ -165,13 +231,20 @@ async fn limit_and_measure(
         let response = next.run(request).await;
         return meter.attach(response, started);
     };
+    let answer_short = |response: Response| {
+        if short.load(Ordering::Acquire) {
+            memory_short("the request body").into_response()
+        } else {
+            response
+        }
+    };
     let response = tokio::select! {
         response = next.run(request) => Some(response),
         () = deadline.expired() => None,
     };
     match response {
         // A handler that saw the timeout as a read error may have answered first.
-        Some(response) if !deadline.has_expired() => meter.attach(response, started),
+        Some(response) if !deadline.has_expired() => meter.attach(answer_short(response), started),
         _ => {
             // The handler (and with it the body) is gone; free the slot now, not after the
             // answer has been written.
@@ -234,6 +307,8 @@ struct Meter {
     bytes_out: u64,
     /// Held until the response body has been sent.
     _permit: Option<OwnedSemaphorePermit>,
+    /// Likewise (see [`RequestMemory`]).
+    memory: RequestMemory,
 }
 
 impl Meter {
@@ -242,6 +317,11 @@ impl Meter {
     fn attach(mut self, response: Response, started: Instant) -> Response {
         self.status = response.status().as_u16();
         self.head_elapsed = started.elapsed();
+        // From here on the answer is what the request holds (the body and what was read for
+        // the answer are gone by now); an answer of unknown size keeps what was reserved.
+        if let Some(len) = response.body().size_hint().exact() {
+            self.memory.lock().resize(len as usize);
+        }
         response.map(|body| {
             Body::new(CountedBody {
                 inner: body,
@@ -315,6 +395,57 @@ impl HttpBody for CountedBody {
                     counter.fetch_add(n, Ordering::Relaxed);
                 }
             }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body without a declared length, reserved from the memory budget as it arrives;
+/// when the budget has no room for the next chunk it ends with an error and sets `short`,
+/// and the middleware answers 503.
+#[derive(Debug)]
+struct BudgetedBody {
+    inner: Body,
+    memory: RequestMemory,
+    short: Arc<AtomicBool>,
+}
+
+/// The error a [`BudgetedBody`] ends with.
+#[derive(Debug)]
+struct MemoryShort;
+
+impl std::fmt::Display for MemoryShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the memory budget has no room for the request body")
+    }
+}
+
+impl std::error::Error for MemoryShort {}
+
+impl HttpBody for BudgetedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+            && !this.memory.lock().try_grow(data.len())
+        {
+            this.short.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(axum::Error::new(MemoryShort))));
         }
         polled
     }

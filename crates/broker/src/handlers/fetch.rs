@@ -82,7 +82,7 @@ pub async fn handle(
                 let room = budget.reserve_up_to(pass_min_bytes, max_bytes, ask);
                 if tokio::time::timeout_at(deadline, room).await.is_err() {
                     let (response, _, _) = read_once(&req, &targets, None);
-                    return (response, budget.empty(client));
+                    return (response, budget.empty(ask));
                 }
                 // Room came back: read in a fresh pass (this reservation may be stale).
                 continue;
