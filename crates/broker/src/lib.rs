@@ -18,6 +18,7 @@ pub mod config;
 pub mod errors;
 pub mod groups;
 mod handlers;
+pub mod log_limiter;
 pub mod memory;
 pub mod metrics;
 pub mod producers;

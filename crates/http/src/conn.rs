@@ -53,6 +53,7 @@ use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
+use sluice_broker::log_limiter::LogLimiter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -128,8 +129,8 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> io::Result<()
     let slots = Arc::new(Semaphore::new(max_connections));
     let router = crate::router(Arc::clone(&state));
     let mut stop = state.shutdown.clone();
-    let mut refusals = LogLimiter::new(REFUSAL_LOG_INTERVAL);
-    let mut accept_errors = LogLimiter::new(REFUSAL_LOG_INTERVAL);
+    let refusals = LogLimiter::new(REFUSAL_LOG_INTERVAL);
+    let accept_errors = LogLimiter::new(REFUSAL_LOG_INTERVAL);
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         let accepted = tokio::select! {
@@ -500,38 +501,6 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// Lets a log line through at most once per interval, counting the events in between.
-#[derive(Debug)]
-pub(crate) struct LogLimiter {
-    interval: Duration,
-    last_line: Option<Instant>,
-    /// Events since the last line, this one included.
-    since_last_line: u64,
-}
-
-impl LogLimiter {
-    pub(crate) fn new(interval: Duration) -> LogLimiter {
-        LogLimiter {
-            interval,
-            last_line: None,
-            since_last_line: 0,
-        }
-    }
-
-    /// Counts one event; `Some(events since the last line)` when a line is due now.
-    pub(crate) fn hit(&mut self, now: Instant) -> Option<u64> {
-        self.since_last_line += 1;
-        if self
-            .last_line
-            .is_some_and(|last| now.saturating_duration_since(last) < self.interval)
-        {
-            return None;
-        }
-        self.last_line = Some(now);
-        Some(std::mem::take(&mut self.since_last_line))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,19 +511,6 @@ mod tests {
             idle: Duration::from_secs(60),
             write_stall: Duration::from_secs(30),
         }
-    }
-
-    #[test]
-    fn log_limiter_lets_one_line_per_interval_with_the_count() {
-        let start = Instant::now();
-        let mut limiter = LogLimiter::new(Duration::from_secs(5));
-        assert_eq!(limiter.hit(start), Some(1));
-        for i in 1..=99 {
-            assert_eq!(limiter.hit(start + Duration::from_millis(i * 10)), None);
-        }
-        assert_eq!(limiter.hit(start + Duration::from_secs(5)), Some(100));
-        assert_eq!(limiter.hit(start + Duration::from_secs(6)), None);
-        assert_eq!(limiter.hit(start + Duration::from_secs(11)), Some(2));
     }
 
     #[tokio::test(start_paused = true)]

@@ -99,26 +99,26 @@ impl Connection {
             }
             Close::RequestTimeout(after) => {
                 metrics.kafka_connection_closed("request_timeout");
-                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
-                    tracing::warn!(peer = %self.peer, client = ?self.client_id, timeout_ms = after.as_millis() as u64, held_back, "closing connection: a request was not received whole within request_timeout_ms");
+                if let Some(count) = limiter.hit(Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, timeout_ms = after.as_millis() as u64, since_last_line = count, "closing connection: a request was not received whole within request_timeout_ms");
                 }
             }
             Close::WriteStalled(after) => {
                 metrics.kafka_connection_closed("write_stalled");
-                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
-                    tracing::warn!(peer = %self.peer, client = ?self.client_id, timeout_ms = after.as_millis() as u64, held_back, "closing connection: the client read none of its responses within request_timeout_ms");
+                if let Some(count) = limiter.hit(Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, timeout_ms = after.as_millis() as u64, since_last_line = count, "closing connection: the client read none of its responses within request_timeout_ms");
                 }
             }
             Close::Frame(e) => {
                 metrics.kafka_connection_closed("bad_frame");
-                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
-                    tracing::warn!(peer = %self.peer, client = ?self.client_id, error = %e, held_back, "closing connection");
+                if let Some(count) = limiter.hit(Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, error = %e, since_last_line = count, "closing connection");
                 }
             }
             Close::Malformed(e) => {
                 metrics.kafka_connection_closed("malformed");
-                if let Some(held_back) = limiter.allow(std::time::Instant::now()) {
-                    tracing::warn!(peer = %self.peer, client = ?self.client_id, error = %e, held_back, "closing connection");
+                if let Some(count) = limiter.hit(Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, error = %e, since_last_line = count, "closing connection");
                 }
             }
             Close::NotEncodable => {}

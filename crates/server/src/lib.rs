@@ -37,7 +37,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::connection::Connection;
-use crate::limits::{ConnectionLimits, LogLimiter};
+use sluice_broker::log_limiter::LogLimiter;
+
+use crate::limits::ConnectionLimits;
 
 /// Limits of the Kafka listener.
 #[derive(Debug, Clone, Copy)]
@@ -115,8 +117,8 @@ pub async fn serve(
                             // Closing at once frees the descriptor; the client sees the close.
                             drop(stream);
                             broker.metrics().kafka_connection_closed("refused");
-                            if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
-                                tracing::warn!(peer = %peer, reason = %refusal, refused_since_last_line = held_back + 1, "refusing connection");
+                            if let Some(count) = refused_log.hit(tokio::time::Instant::now()) {
+                                tracing::warn!(peer = %peer, reason = %refusal, refused_since_last_line = count, "refusing connection");
                             }
                             continue;
                         }
@@ -140,8 +142,8 @@ pub async fn serve(
                 }
                 Err(e) => {
                     // Usually out of file descriptors: back off instead of spinning.
-                    if let Some(held_back) = accept_log.allow(std::time::Instant::now()) {
-                        tracing::warn!(error = %e, failed_since_last_line = held_back + 1, backoff_ms = backoff.as_millis() as u64, "accept failed");
+                    if let Some(count) = accept_log.hit(tokio::time::Instant::now()) {
+                        tracing::warn!(error = %e, failed_since_last_line = count, backoff_ms = backoff.as_millis() as u64, "accept failed");
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);

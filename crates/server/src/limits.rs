@@ -1,11 +1,8 @@
-//! Connection limits: how many connections the listener keeps in all and per client IP, and
-//! a log limiter so that refusing a flood of connections never floods the log.
+//! Connection limits: how many connections the listener keeps in all and per client IP.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,42 +103,6 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Lets one log line through per interval and counts the ones it held back, so an event that
-/// repeats thousands of times a second (a refused connection, a failing accept) costs one line
-/// per interval that says how many there were.
-#[derive(Debug)]
-pub struct LogLimiter {
-    interval: Duration,
-    last: Mutex<Option<Instant>>,
-    held_back: AtomicU64,
-}
-
-impl LogLimiter {
-    pub fn new(interval: Duration) -> LogLimiter {
-        LogLimiter {
-            interval,
-            last: Mutex::new(None),
-            held_back: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(n)`: log now, mentioning the `n` events held back since the last line. `None`:
-    /// stay quiet (the event is counted).
-    pub fn allow(&self, now: Instant) -> Option<u64> {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        match *last {
-            Some(at) if now.duration_since(at) < self.interval => {
-                self.held_back.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            _ => {
-                *last = Some(now);
-                Some(self.held_back.swap(0, Ordering::Relaxed))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,16 +126,5 @@ mod tests {
         drop(a1);
         assert_eq!(limits.open(), 2);
         let _b2 = limits.admit(b).unwrap();
-    }
-
-    #[test]
-    fn log_limiter_lets_one_line_through_per_interval() {
-        let limiter = LogLimiter::new(Duration::from_secs(5));
-        let t0 = Instant::now();
-        assert_eq!(limiter.allow(t0), Some(0));
-        for i in 0..100 {
-            assert_eq!(limiter.allow(t0 + Duration::from_millis(i)), None);
-        }
-        assert_eq!(limiter.allow(t0 + Duration::from_secs(6)), Some(100));
     }
 }
