@@ -15,7 +15,8 @@
 # Installs cargo-fuzz with `cargo install cargo-fuzz --locked` if it is missing (cached in
 # ~/.cargo/bin). Corpora grow under fuzz/corpus/TARGET and crashing inputs are saved under
 # fuzz/artifacts/TARGET (both gitignored); any crash makes the script exit non-zero. Replay one
-# with `cd fuzz && cargo +nightly fuzz run TARGET artifacts/TARGET/crash-...`.
+# with `cd fuzz && cargo +nightly fuzz run TARGET artifacts/TARGET/crash-...`; once fixed, copy
+# it to fuzz/regressions/TARGET/ (committed), which every run replays first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,7 +61,10 @@ for target in "${targets[@]}"; do
   echo "==> fuzz: $target for ${per}s"
   mkdir -p "corpus/$target" "artifacts/$target"
   log="$(mktemp)"
-  if cargo +nightly fuzz run "$target" "corpus/$target" -- \
+  # Inputs that once crashed a target (fuzz/regressions/TARGET, committed) run first, every time.
+  dirs=("corpus/$target")
+  [ -d "regressions/$target" ] && dirs+=("regressions/$target")
+  if cargo +nightly fuzz run "$target" "${dirs[@]}" -- \
       -max_total_time="$per" -print_final_stats=1 2>&1 | tee "$log" | grep -E '^(#[0-9]+.*DONE|==[0-9]+==|.*panicked|SUMMARY|Done)' ; then :; fi
   runs="$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)"
   if grep -qE '^(==[0-9]+==ERROR|SUMMARY: libFuzzer|.*panicked at|Test unit written to)' "$log" \

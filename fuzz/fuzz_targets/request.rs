@@ -22,6 +22,19 @@ fn broker() -> &'static Arc<Broker> {
         .1
 }
 
+/// The broker's handlers run inside a Tokio runtime in the server (they create timers), so the
+/// fuzz target polls them inside one too; the runtime is never driven, as the handlers are
+/// polled only once here.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("tokio runtime")
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(Some(size)) = frame::check(data, 1 << 20) else {
         return;
@@ -30,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(request) = codec::decode_request(body) {
         // Handlers must answer bad input with error codes, never panic. Long polls are cut
         // short by the broker's fetch wait limit only, so skip waiting on them here.
+        let _context = runtime().enter();
         let handling = broker().handle(request);
         let _ = futures::executor::block_on(futures::future::select(
             handling,
