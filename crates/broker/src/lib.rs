@@ -57,7 +57,12 @@ pub struct Broker {
     groups: Arc<groups::Coordinator>,
     metrics: metrics::Metrics,
     memory: memory::MemoryBudget,
+    /// Limits the "produce refused" lines.
+    produce_refusals_log: log_limiter::LogLimiter,
 }
+
+/// How often at most the broker logs an event that clients can repeat at will.
+const REPEATED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A handled request's response, with the memory that holds its data (a fetch's records)
 /// until it has been written.
@@ -108,6 +113,7 @@ impl Broker {
             groups: Arc::new(groups),
             metrics: metrics::Metrics::default(),
             memory: memory::MemoryBudget::new(config.memory_limit),
+            produce_refusals_log: log_limiter::LogLimiter::new(REPEATED_LOG_INTERVAL),
             config,
         })
     }
@@ -402,6 +408,10 @@ impl Broker {
 
     pub(crate) fn committer(&self) -> &GroupCommitter {
         &self.committer
+    }
+
+    pub(crate) fn produce_refusals_log(&self) -> &log_limiter::LogLimiter {
+        &self.produce_refusals_log
     }
 
     pub(crate) fn producer_ids(&self) -> &producers::ProducerIds {

@@ -89,6 +89,7 @@ impl ApiError {
             Some(
                 ResponseError::KafkaStorageError
                 | ResponseError::CoordinatorNotAvailable
+                | ResponseError::NotCoordinator
                 | ResponseError::CoordinatorLoadInProgress
                 | ResponseError::NotEnoughReplicas,
             ) => StatusCode::SERVICE_UNAVAILABLE,

@@ -238,6 +238,17 @@ impl Deliveries {
     }
 }
 
+/// One committed-offset change, kept until its write is durable so that it can be taken back
+/// if the write fails.
+#[derive(Debug)]
+struct Undo {
+    key: (String, i32),
+    /// What the change put in place (`None`: it removed the offset).
+    set: Option<CommittedOffset>,
+    /// What was there before.
+    previous: Option<CommittedOffset>,
+}
+
 /// The group coordinator: every group, its committed offsets, and their durable store.
 #[derive(Debug)]
 pub struct Coordinator {
@@ -702,6 +713,7 @@ impl Coordinator {
     pub async fn delete_groups(&self, group_ids: &[String]) -> Vec<ErrorCode> {
         let mut codes = Vec::with_capacity(group_ids.len());
         let mut records = Vec::new();
+        let mut removed = Vec::new();
         {
             let mut inner = self.lock();
             for id in group_ids {
@@ -709,7 +721,9 @@ impl Coordinator {
                     None => ResponseError::GroupIdNotFound.code(),
                     Some(g) if !g.is_empty() => ResponseError::NonEmptyGroup.code(),
                     Some(_) => {
-                        inner.groups.remove(id);
+                        if let Some(group) = inner.groups.remove(id) {
+                            removed.push((id.clone(), group));
+                        }
                         records.push(GroupRecord::Group {
                             group: id.clone(),
                             snapshot: None,
@@ -720,11 +734,19 @@ impl Coordinator {
                 codes.push(code);
             }
         }
-        if !records.is_empty() && self.store.write(records).await.is_err() {
-            let unavailable = ResponseError::CoordinatorNotAvailable.code();
+        if !records.is_empty()
+            && let Err(e) = self.store.write(records).await
+        {
+            // Not deleted after all: put the groups back (unless a client made a new group of
+            // the same name meanwhile), so they are still listed and their offsets served.
+            let mut inner = self.lock();
+            for (id, group) in removed {
+                inner.groups.entry(id).or_insert(group);
+            }
+            let failed = crate::errors::store_error_code(&e);
             for code in &mut codes {
                 if *code == 0 {
-                    *code = unavailable;
+                    *code = failed;
                 }
             }
         }
@@ -741,7 +763,7 @@ impl Coordinator {
         generation_or_epoch: i32,
         offsets: Vec<(String, i32, CommittedOffset)>,
     ) -> Result<(), ErrorCode> {
-        let pending = {
+        let (pending, undo) = {
             let mut inner = self.lock();
             let simple = member_id.is_empty() && generation_or_epoch < 0;
             let group = if simple {
@@ -775,14 +797,41 @@ impl Coordinator {
                     offset: Some(offset.clone()),
                 })
                 .collect();
+            let mut undo = Vec::with_capacity(offsets.len());
             for (topic, partition, offset) in offsets {
-                group.offsets.insert((topic, partition), offset);
+                let key = (topic, partition);
+                let previous = group.offsets.insert(key.clone(), offset.clone());
+                undo.push(Undo {
+                    key,
+                    set: Some(offset),
+                    previous,
+                });
             }
-            self.store.write(records)
+            (self.store.write(records), undo)
         };
-        pending
-            .await
-            .map_err(|_| ResponseError::CoordinatorNotAvailable.code())
+        pending.await.map_err(|e| {
+            self.undo_offsets(group_id, undo);
+            crate::errors::store_error_code(&e)
+        })
+    }
+
+    /// Takes back offset changes whose write failed (a full disk, say), so OffsetFetch never
+    /// shows an offset whose commit was refused. A change a later request has replaced since
+    /// is left alone: the later one is what the store and the client know.
+    fn undo_offsets(&self, group_id: &str, undo: Vec<Undo>) {
+        let mut inner = self.lock();
+        let Some(group) = inner.groups.get_mut(group_id) else {
+            return;
+        };
+        for Undo { key, set, previous } in undo {
+            if group.offsets.get(&key) != set.as_ref() {
+                continue;
+            }
+            match previous {
+                Some(previous) => group.offsets.insert(key, previous),
+                None => group.offsets.remove(&key),
+            };
+        }
     }
 
     /// OffsetFetch for one group: the committed offset of each asked partition (`None`:
@@ -842,6 +891,7 @@ impl Coordinator {
         partitions: Vec<(String, Vec<i32>)>,
     ) -> Result<Vec<(String, Vec<(i32, ErrorCode)>)>, ErrorCode> {
         let mut records = Vec::new();
+        let mut undo = Vec::new();
         let results = {
             let mut inner = self.lock();
             let group = inner
@@ -863,7 +913,13 @@ impl Coordinator {
                             if busy {
                                 return (p, ResponseError::GroupSubscribedToTopic.code());
                             }
-                            if group.offsets.remove(&(topic.clone(), p)).is_some() {
+                            let key = (topic.clone(), p);
+                            if let Some(previous) = group.offsets.remove(&key) {
+                                undo.push(Undo {
+                                    key,
+                                    set: None,
+                                    previous: Some(previous),
+                                });
                                 records.push(GroupRecord::Offset {
                                     group: group_id.to_owned(),
                                     topic: topic.clone(),
@@ -878,11 +934,11 @@ impl Coordinator {
                 })
                 .collect()
         };
-        if !records.is_empty() {
-            self.store
-                .write(records)
-                .await
-                .map_err(|_| ResponseError::CoordinatorNotAvailable.code())?;
+        if !records.is_empty()
+            && let Err(e) = self.store.write(records).await
+        {
+            self.undo_offsets(group_id, undo);
+            return Err(crate::errors::store_error_code(&e));
         }
         Ok(results)
     }
@@ -1000,5 +1056,57 @@ impl<T> Answer<T> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod refused_writes {
+    use super::*;
+    use sluice_log::SystemClock;
+
+    fn offset(n: i64) -> CommittedOffset {
+        CommittedOffset {
+            offset: n,
+            leader_epoch: -1,
+            metadata: None,
+            commit_timestamp_ms: 0,
+        }
+    }
+
+    fn fetched(c: &Coordinator, group: &str) -> Option<i64> {
+        let topics = c
+            .fetch_offsets(group, None, Some(vec![("t".to_owned(), vec![0])]))
+            .unwrap();
+        topics[0].1[0].1.as_ref().map(|o| o.offset)
+    }
+
+    #[tokio::test]
+    async fn a_refused_commit_or_deletion_is_taken_back_in_memory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c =
+            Coordinator::open(tmp.path(), GroupConfig::default(), Arc::new(SystemClock)).unwrap();
+        let commit = |n| c.commit_offsets("g", "", None, -1, vec![("t".to_owned(), 0, offset(n))]);
+        commit(5).await.unwrap();
+        // The disk fills: the commit is refused, and OffsetFetch still shows the last durable
+        // offset, not the refused one.
+        c.store.set_room_bytes(Some(3));
+        assert_eq!(commit(9).await, Err(ResponseError::NotCoordinator.code()));
+        assert_eq!(fetched(&c, "g"), Some(5));
+        let deleted = c.delete_offsets("g", vec![("t".to_owned(), vec![0])]).await;
+        assert_eq!(deleted.unwrap_err(), ResponseError::NotCoordinator.code());
+        assert_eq!(fetched(&c, "g"), Some(5));
+        let codes = c.delete_groups(&["g".to_owned()]).await;
+        assert_eq!(codes, vec![ResponseError::NotCoordinator.code()]);
+        assert_eq!(
+            fetched(&c, "g"),
+            Some(5),
+            "the group is back with its offsets"
+        );
+        // Space returns: the same requests succeed.
+        c.store.set_room_bytes(None);
+        commit(9).await.unwrap();
+        assert_eq!(fetched(&c, "g"), Some(9));
+        assert_eq!(c.delete_groups(&["g".to_owned()]).await, vec![0]);
+        c.close();
     }
 }

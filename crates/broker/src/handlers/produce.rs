@@ -78,7 +78,14 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
                         .with_log_start_offset(log_start),
                 ),
                 Err((code, message)) => {
-                    tracing::info!(topic = %topic.name, partition = data.index, error = %message, "produce refused");
+                    // Refusals repeat with every retry (a full disk, a client sending bad
+                    // batches): one line per few seconds, with the count.
+                    if let Some(count) = broker
+                        .produce_refusals_log()
+                        .hit(tokio::time::Instant::now())
+                    {
+                        tracing::info!(topic = %topic.name, partition = data.index, error = %message, since_last_line = count, "produce refused");
+                    }
                     partitions.push(refuse(code, message));
                 }
             }

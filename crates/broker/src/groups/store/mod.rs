@@ -305,6 +305,14 @@ pub struct GroupStore {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+#[cfg(test)]
+impl GroupStore {
+    /// Test-only: the disk has room for `bytes` per round (`None`: room enough).
+    pub(crate) fn set_room_bytes(&self, bytes: Option<usize>) {
+        self.shared.lock().hooks.room_bytes = bytes;
+    }
+}
+
 impl GroupStore {
     /// Opens (creating if needed) `<data_dir>/groups/`, replays it, starts the sync thread.
     ///
