@@ -687,6 +687,11 @@ impl<V: Visit> Walker<'_, '_, V> {
     }
 
     fn tagged_fields(&mut self, s: &'static Struct) -> Walk<()> {
+        // The usual case, an empty section: one zero byte.
+        if !V::WANTS_LENGTHS && self.buf.get(self.pos) == Some(&0) {
+            self.pos += 1;
+            return Ok(());
+        }
         self.path.push("tagged_fields");
         let offset = self.pos;
         let count = self.uvarint()?;
