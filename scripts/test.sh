@@ -22,6 +22,46 @@ if need rustup; then
   done
 fi
 
+# The declared minimum Rust version must build the workspace. With that exact toolchain
+# installed, build with it; otherwise compare the declared version with what is known to be
+# needed: let-chains (`if let .. && let ..`, Rust 1.88) and the highest `rust-version` of the
+# locked dependencies. (Clippy's `incompatible_msrv` lint, on in the clippy step below, flags
+# standard-library APIs newer than the declared version.)
+echo "==> minimum Rust version"
+msrv="$(sed -n 's/^rust-version = "\([0-9.]*\)"$/\1/p' Cargo.toml | head -1)"
+[ -n "$msrv" ] || { echo "error: no rust-version in Cargo.toml" >&2; exit 1; }
+msrv_norm() { case "$1" in *.*.*) echo "$1" ;; *) echo "$1.0" ;; esac; }
+msrv_lt() { [ "$(msrv_norm "$1")" != "$(msrv_norm "$2")" ] \
+  && [ "$(printf '%s\n%s\n' "$(msrv_norm "$1")" "$(msrv_norm "$2")" | sort -V | head -1)" = "$(msrv_norm "$1")" ]; }
+msrv_toolchain=""
+if need rustup; then
+  msrv_toolchain="$(rustup toolchain list 2>/dev/null | awk '{print $1}' \
+    | grep -E "^$(msrv_norm "$msrv" | sed 's/\./\\./g')-" | head -1 || true)"
+fi
+if [ -n "$msrv_toolchain" ]; then
+  cargo "+$msrv_toolchain" check --workspace --locked
+else
+  msrv_need="1.88" msrv_why="let-chains in the code"
+  msrv_src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ 2>/dev/null || true)"
+  while read -r crate; do
+    for dir in $msrv_src; do
+      [ -f "$dir$crate/Cargo.toml" ] || continue
+      rv="$(sed -n 's/^rust-version = "\([0-9.]*\)"$/\1/p' "$dir$crate/Cargo.toml" | head -1)"
+      if [ -n "$rv" ] && msrv_lt "$msrv_need" "$rv"; then
+        msrv_need="$rv" msrv_why="dependency $crate"
+      fi
+      break
+    done
+  done < <(awk '/^name = /{n=$3} /^version = /{v=$3} /^source = "registry/{gsub(/"/,"",n);
+    gsub(/"/,"",v); print n "-" v}' Cargo.lock)
+  if msrv_lt "$msrv" "$msrv_need"; then
+    echo "error: Cargo.toml declares rust-version $msrv, but Rust $msrv_need is needed" \
+      "($msrv_why); raise rust-version (and the README) to $msrv_need" >&2
+    exit 1
+  fi
+  echo "rust-version $msrv covers what the code needs (Rust $msrv_need, $msrv_why)"
+fi
+
 # kcat (a librdkafka CLI) drives the broker in the black-box tests.
 if ! need kcat; then
   echo "==> installing kcat"
