@@ -5,22 +5,24 @@
 # per point. Takes ~1 min per point.
 #
 # Environment: THREADS ("1 4 2"), ROUNDS (2), KAFKA_BASELINE_DIR (../shared/kafka-baseline).
+# Kafka's jars come from scripts/lib/kafka-baseline.sh (the baseline's lib/, or fetched by Maven).
+#
+# Usage: scripts/bench-sync-threads.sh [--help]
 set -euo pipefail
+case "${1:-}" in
+  "") ;;
+  -h | --help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "bench-sync-threads: unknown argument: $1 (try --help)" >&2; exit 2 ;;
+esac
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-baseline="${KAFKA_BASELINE_DIR:-$repo/../shared/kafka-baseline}"
-if ls "$baseline"/lib/kafka-tools-[0-9]*.jar >/dev/null 2>&1; then
-  lib="$baseline/lib"
-else
-  lib="$repo/target/kafka-baseline-pom/lib"
-  if ! ls "$lib"/kafka-tools-[0-9]*.jar >/dev/null 2>&1; then
-    mkdir -p "$repo/target/kafka-baseline-pom"
-    cp "$baseline/pom.xml" "$repo/target/kafka-baseline-pom/pom.xml"
-    (cd "$repo/target/kafka-baseline-pom" && mvn -B -q dependency:copy-dependencies)
-  fi
-fi
+# Sets KB_LIB (Kafka's jars) and KAFKA_BASELINE_DIR.
+source "$repo/scripts/lib/kafka-baseline.sh"
 cargo build --release --bin sluice
-java_tool() { java -Xmx512m "-Dlog4j2.configurationFile=$baseline/config/tools-log4j2.xml" -cp "$lib/*" "$@"; }
+java_tool() {
+  java -Xmx512m "-Dlog4j2.configurationFile=$KAFKA_BASELINE_DIR/config/tools-log4j2.xml" \
+    -cp "$KB_LIB/*" "$@"
+}
 echo "commit: $(git rev-parse --short HEAD); nproc=$(nproc); memory=$(free -g | awk '/^Mem:/{print $2}') GiB" >&2
 pid=""
 dir=""
