@@ -4,41 +4,21 @@
 //! (61 bytes) to validate a batch, assign offsets and build indexes; records are opaque bytes,
 //! except for timestamp lookups, which walk the records of one uncompressed batch.
 //!
-//! Layout (all integers big-endian):
-//!
-//! | bytes  | field                   | covered by CRC |
-//! |--------|-------------------------|----------------|
-//! | 0..8   | base offset             | no (patched on append) |
-//! | 8..12  | batch length (after this field) | no |
-//! | 12..16 | partition leader epoch  | no |
-//! | 16     | magic (= 2)             | no |
-//! | 17..21 | CRC-32C of bytes 21..   | -  |
-//! | 21..23 | attributes              | yes |
-//! | 23..27 | last offset delta       | yes |
-//! | 27..35 | base timestamp          | yes |
-//! | 35..43 | max timestamp           | yes |
-//! | 43..51 | producer id             | yes |
-//! | 51..53 | producer epoch          | yes |
-//! | 53..57 | base sequence           | yes |
-//! | 57..61 | record count            | yes |
+//! The header layout (field offsets, attribute bits, CRC rule) is `sluice_batch`'s, shared with
+//! the protocol crate; this module re-exports it as [`header`] and [`attributes`].
 
 use crate::error::BatchError;
 
+pub use sluice_batch::{MAGIC_V2, attributes, header};
+
 /// Size of the fixed RecordBatch v2 header, up to and including the record count.
-pub const HEADER_BYTES: usize = 61;
+pub const HEADER_BYTES: usize = header::BYTES;
 /// Bytes before the `batch length` field's coverage starts: base offset + batch length.
-pub const LOG_OVERHEAD_BYTES: usize = 12;
-/// The only record batch format this log stores.
-pub const MAGIC_V2: i8 = 2;
+pub const LOG_OVERHEAD_BYTES: usize = header::LOG_OVERHEAD_BYTES;
 /// Largest batch the log accepts, whatever the caller's own limit. Segment positions are `u32`,
 /// and a segment never grows past `segment_bytes` (at most 1 GiB) plus one batch, so a batch must
 /// stay below 2 GiB for positions to fit.
 pub const BATCH_BYTES_MAX: usize = 1 << 30;
-
-const CRC_START: usize = 21;
-const ATTR_COMPRESSION_MASK: u16 = 0x07;
-const ATTR_TIMESTAMP_TYPE_LOG_APPEND: u16 = 0x08;
-const ATTR_CONTROL: u16 = 0x20;
 
 /// What `peek` found at the start of a byte slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +37,7 @@ pub fn peek(buf: &[u8]) -> Result<Peek, BatchError> {
     if buf.len() < LOG_OVERHEAD_BYTES {
         return Ok(Peek::Incomplete { needed: None });
     }
-    let declared = i32::from_be_bytes(buf[8..12].try_into().expect("4 bytes"));
+    let declared = sluice_batch::read_i32(buf, header::BATCH_LENGTH);
     let total = declared as i64 + LOG_OVERHEAD_BYTES as i64;
     if total < HEADER_BYTES as i64 || total > BATCH_BYTES_MAX as i64 {
         return Err(BatchError::BadLength { declared });
@@ -120,7 +100,7 @@ impl<'a> BatchView<'a> {
 
     /// Checks the CRC-32C stored in the header against the bytes it covers.
     pub fn verify_crc(&self) -> Result<(), BatchError> {
-        let computed = crc32c::crc32c(&self.bytes[CRC_START..]);
+        let computed = sluice_batch::crc_of(self.bytes);
         let stored = self.crc();
         if computed != stored {
             return Err(BatchError::BadCrc { stored, computed });
@@ -141,51 +121,56 @@ impl<'a> BatchView<'a> {
         self.bytes.is_empty()
     }
     pub fn base_offset(&self) -> i64 {
-        i64::from_be_bytes(self.field::<8>(0))
+        sluice_batch::read_i64(self.bytes, header::BASE_OFFSET)
     }
     pub fn partition_leader_epoch(&self) -> i32 {
-        i32::from_be_bytes(self.field::<4>(12))
+        sluice_batch::read_i32(self.bytes, header::PARTITION_LEADER_EPOCH)
     }
     pub fn magic(&self) -> i8 {
-        self.bytes[16] as i8
+        self.bytes[header::MAGIC.start] as i8
     }
     pub fn crc(&self) -> u32 {
-        u32::from_be_bytes(self.field::<4>(17))
+        sluice_batch::read_u32(self.bytes, header::CRC)
     }
-    pub fn attributes(&self) -> u16 {
-        u16::from_be_bytes(self.field::<2>(21))
+    /// The attribute bits; see [`attributes`].
+    pub fn attributes(&self) -> i16 {
+        sluice_batch::read_i16(self.bytes, header::ATTRIBUTES)
     }
     /// Compression codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
     pub fn compression(&self) -> u8 {
-        (self.attributes() & ATTR_COMPRESSION_MASK) as u8
+        (self.attributes() & attributes::COMPRESSION_MASK) as u8
     }
     /// True when the broker's append time, not the producer's, is every record's timestamp.
     pub fn is_log_append_time(&self) -> bool {
-        self.attributes() & ATTR_TIMESTAMP_TYPE_LOG_APPEND != 0
+        self.attributes() & attributes::TIMESTAMP_TYPE_LOG_APPEND != 0
     }
     pub fn is_control(&self) -> bool {
-        self.attributes() & ATTR_CONTROL != 0
+        self.attributes() & attributes::CONTROL != 0
+    }
+    /// True when the batch belongs to a transaction.
+    pub fn is_transactional(&self) -> bool {
+        self.attributes() & attributes::TRANSACTIONAL != 0
     }
     pub fn last_offset_delta(&self) -> i32 {
-        i32::from_be_bytes(self.field::<4>(23))
+        sluice_batch::read_i32(self.bytes, header::LAST_OFFSET_DELTA)
     }
     pub fn base_timestamp(&self) -> i64 {
-        i64::from_be_bytes(self.field::<8>(27))
+        sluice_batch::read_i64(self.bytes, header::BASE_TIMESTAMP)
     }
     pub fn max_timestamp(&self) -> i64 {
-        i64::from_be_bytes(self.field::<8>(35))
+        sluice_batch::read_i64(self.bytes, header::MAX_TIMESTAMP)
     }
     pub fn producer_id(&self) -> i64 {
-        i64::from_be_bytes(self.field::<8>(43))
+        sluice_batch::read_i64(self.bytes, header::PRODUCER_ID)
     }
     pub fn producer_epoch(&self) -> i16 {
-        i16::from_be_bytes(self.field::<2>(51))
+        sluice_batch::read_i16(self.bytes, header::PRODUCER_EPOCH)
     }
     pub fn base_sequence(&self) -> i32 {
-        i32::from_be_bytes(self.field::<4>(53))
+        sluice_batch::read_i32(self.bytes, header::BASE_SEQUENCE)
     }
     pub fn record_count(&self) -> i32 {
-        i32::from_be_bytes(self.field::<4>(57))
+        sluice_batch::read_i32(self.bytes, header::RECORD_COUNT)
     }
     /// Offset of the last record, given the batch's (possibly patched) base offset.
     pub fn last_offset(&self) -> i64 {
@@ -221,12 +206,6 @@ impl<'a> BatchView<'a> {
         // Max timestamp qualified but no record did: the header and records disagree.
         Some((self.base_offset(), self.max_timestamp()))
     }
-
-    fn field<const N: usize>(&self, at: usize) -> [u8; N] {
-        self.bytes[at..at + N]
-            .try_into()
-            .expect("header field within header")
-    }
 }
 
 /// Decodes a zig-zag varint (up to 64 bits); returns the value and the bytes it used.
@@ -242,7 +221,7 @@ fn read_varint(buf: &[u8]) -> Option<(i64, usize)> {
     None
 }
 
-/// Writes the base offset into a batch header (bytes 0..8). The CRC does not cover it.
+/// The base offset's bytes, for [`header::BASE_OFFSET`]. The CRC does not cover it.
 pub fn encode_base_offset(offset: i64) -> [u8; 8] {
     offset.to_be_bytes()
 }
@@ -250,6 +229,8 @@ pub fn encode_base_offset(offset: i64) -> [u8; 8] {
 /// Builds valid RecordBatch v2 bytes. For tests, benchmarks and tools; the broker stores what
 /// producers send and never builds batches itself.
 pub mod build {
+    use sluice_batch::{BatchBuilder, RecordRef};
+
     /// One record to put in a batch.
     #[derive(Debug, Clone, Copy)]
     pub struct Record<'a> {
@@ -265,64 +246,20 @@ pub mod build {
         out
     }
 
-    /// Like [`batch`], appending to `out` (so callers can reuse a buffer).
+    /// Like [`batch`], appending to `out` (so callers can reuse a buffer). Written by
+    /// `sluice_batch::BatchBuilder`, the builder the protocol crate uses too.
     pub fn batch_into(out: &mut Vec<u8>, base_timestamp: i64, records: &[Record<'_>]) {
         assert!(!records.is_empty(), "a batch needs at least one record");
-        let start = out.len();
-        out.extend_from_slice(&0i64.to_be_bytes()); // base offset
-        out.extend_from_slice(&0i32.to_be_bytes()); // batch length, patched below
-        out.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
-        out.push(2); // magic
-        out.extend_from_slice(&0u32.to_be_bytes()); // crc, patched below
-        out.extend_from_slice(&0u16.to_be_bytes()); // attributes
-        out.extend_from_slice(&(records.len() as i32 - 1).to_be_bytes());
-        let max_ts = records
-            .iter()
-            .map(|r| base_timestamp + r.timestamp_delta)
-            .max()
-            .expect("non-empty");
-        out.extend_from_slice(&base_timestamp.to_be_bytes());
-        out.extend_from_slice(&max_ts.to_be_bytes());
-        out.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
-        out.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
-        out.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
-        out.extend_from_slice(&(records.len() as i32).to_be_bytes());
-        let mut body = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            body.clear();
-            body.push(0); // record attributes
-            put_varint(&mut body, r.timestamp_delta);
-            put_varint(&mut body, i as i64);
-            put_bytes(&mut body, r.key);
-            put_bytes(&mut body, r.value);
-            put_varint(&mut body, 0); // header count
-            put_varint(out, body.len() as i64);
-            out.extend_from_slice(&body);
+        let mut builder = BatchBuilder::with_base_timestamp(out, base_timestamp);
+        for r in records {
+            builder.push(&RecordRef {
+                key: r.key,
+                value: r.value,
+                headers: &[],
+                timestamp_ms: base_timestamp + r.timestamp_delta,
+            });
         }
-        let total = out.len() - start;
-        let length = (total - super::LOG_OVERHEAD_BYTES) as i32;
-        out[start + 8..start + 12].copy_from_slice(&length.to_be_bytes());
-        let crc = crc32c::crc32c(&out[start + super::CRC_START..]);
-        out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
-    }
-
-    fn put_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
-        match bytes {
-            None => put_varint(out, -1),
-            Some(b) => {
-                put_varint(out, b.len() as i64);
-                out.extend_from_slice(b);
-            }
-        }
-    }
-
-    fn put_varint(out: &mut Vec<u8>, value: i64) {
-        let mut v = ((value << 1) ^ (value >> 63)) as u64;
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
+        builder.finish();
     }
 }
 

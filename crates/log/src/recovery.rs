@@ -378,7 +378,7 @@ fn check_indexes(
                 "index entry at byte {pos} is past the last whole batch"
             ));
         }
-        let found = i64::from_be_bytes(header[..8].try_into().expect("8 bytes"));
+        let found = sluice_batch::read_i64(&header, crate::batch::header::BASE_OFFSET);
         if found != base + i64::from(last.relative_offset) {
             return Err(format!(
                 "index entry says offset {} is at byte {pos} of {}, the batch there starts at {found}",

@@ -399,7 +399,7 @@ impl Segment {
                 .read_exact_at(&mut header, pos)
                 .map_err(|e| LogError::io("read segment", &self.path, e))?;
             let total = batch_len_at(&header, &self.path, pos)?;
-            let base = i64::from_be_bytes(header[..8].try_into().expect("8 bytes"));
+            let base = sluice_batch::read_i64(&header, batch::header::BASE_OFFSET);
             let delta = i32::from_be_bytes(header[23..27].try_into().expect("4 bytes"));
             if base.saturating_add(i64::from(delta)) >= offset {
                 return Ok(Some(pos));

@@ -4,72 +4,47 @@
 //! The broker never looks inside records (it stores the producer's bytes unchanged), so this is
 //! the one place in Sluice that writes and reads individual records, keys and headers.
 //!
-//! Batch layout (big-endian; see `sluice_log::batch` for the header table): base offset (8),
-//! batch length (4), partition leader epoch (4), magic = 2 (1), CRC-32C (4) of every byte from
-//! the attributes (offset 21) to the end, attributes (2), last offset delta (4), base timestamp
-//! (8), max timestamp (8), producer id (8), producer epoch (2), base sequence (4), record count
-//! (4), then the records. A record is: length (varint), attributes (1), timestamp delta
-//! (varlong), offset delta (varint), key length + key, value length + value (length -1 = null),
-//! header count, then per header: key length + key, value length + value. Varints are zig-zag
-//! LEB128, as in protobuf. In a compressed batch (codec in the low three bits of the
-//! attributes) everything after the record count is one compressed stream of those records.
+//! Batch layout: the 61-byte header whose field offsets, attribute bits and CRC rule are
+//! `sluice_batch`'s (shared with the log; see that crate for the table), then the records. A
+//! record is: length (varint), attributes (1), timestamp delta (varlong), offset delta (varint),
+//! key length + key, value length + value (length -1 = null), header count, then per header: key
+//! length + key, value length + value. Varints are zig-zag LEB128, as in protobuf. In a
+//! compressed batch (codec in the low three bits of the attributes) everything after the record
+//! count is one compressed stream of those records.
 //!
 //! Why not `kafka_protocol::records`: its record type keeps headers in a map, so a header key
 //! that appears twice in one record (which Kafka allows) would be merged on the way in and on the
 //! way out; and it allocates per record.
 //!
 //! Key types:
-//! - on the way in, [`BatchBuilder`] writes batches into a caller-owned buffer from borrowed
-//!   [`RecordRef`]s (nothing allocated per record); [`encode_batch`] does the same for a slice of
-//!   owned [`ProducerRecord`]s;
+//! - on the way in, [`BatchBuilder`] (`sluice_batch`'s, the one batch builder) writes batches
+//!   into a caller-owned buffer from borrowed [`RecordRef`]s (nothing allocated per record);
+//!   [`encode_batch`] does the same for a slice of owned [`ProducerRecord`]s;
 //! - on the way out, [`Batches`] splits fetched bytes into CRC-checked [`FetchedBatch`]es;
 //!   [`FetchedBatch::iter_records`] decompresses a batch (gzip, snappy raw or in the Java
 //!   client's xerial framing, lz4 frames, zstd; output bounded by a caller-given limit) and
 //!   yields [`RecordView`]s whose keys, values and headers are slices of it;
 //!   [`FetchedBatch::records`] collects them as [`ConsumedRecord`]s.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use compression::{Inflate, decompress};
+use sluice_batch::MAGIC_V2;
+use sluice_batch::attributes::codec;
 
 mod compression;
 
+pub use sluice_batch::{BatchBuilder, Header, RecordRef, attributes, header};
+
 /// Bytes of the fixed batch header, up to and including the record count.
-pub const BATCH_HEADER_BYTES: usize = 61;
+pub const BATCH_HEADER_BYTES: usize = header::BYTES;
 /// Most bytes one batch may decompress to when the caller gives no limit
 /// ([`FetchedBatch::records`]). Kafka's default `max.message.bytes` is 1 MiB of compressed
 /// data; 64 MiB leaves room for very compressible batches while a batch that claims more (a
 /// corrupt or hostile one) is refused instead of exhausting memory.
 pub const DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 /// Base offset + batch length: the bytes before what the batch length counts.
-const LOG_OVERHEAD_BYTES: usize = 12;
-/// The first byte the CRC covers (the attributes).
-const CRC_START: usize = 21;
-/// Where the header fields patched by [`BatchBuilder::finish`] sit.
-const LENGTH_AT: usize = 8;
-const CRC_AT: usize = 17;
-const LAST_OFFSET_DELTA_AT: usize = 23;
-const BASE_TIMESTAMP_AT: usize = 27;
-const MAX_TIMESTAMP_AT: usize = 35;
-const RECORD_COUNT_AT: usize = 57;
-const MAGIC_V2: i8 = 2;
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
-const ATTR_LOG_APPEND_TIME: i16 = 0x08;
-const ATTR_CONTROL: i16 = 0x20;
-/// Compression codec ids (the low three bits of the attributes).
-const CODEC_NONE: i16 = 0;
-const CODEC_GZIP: i16 = 1;
-const CODEC_SNAPPY: i16 = 2;
-const CODEC_LZ4: i16 = 3;
-const CODEC_ZSTD: i16 = 4;
-/// Producer id, epoch and sequence of a non-idempotent producer.
-const NO_PRODUCER_ID: i64 = -1;
-const NO_PRODUCER_EPOCH: i16 = -1;
-const NO_SEQUENCE: i32 = -1;
-const NO_PARTITION_LEADER_EPOCH: i32 = -1;
-
-/// A header of a record: Kafka header keys are strings, values are bytes or null.
-pub type Header = (String, Option<Bytes>);
+const LOG_OVERHEAD_BYTES: usize = header::LOG_OVERHEAD_BYTES;
 
 /// One record to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,173 +82,6 @@ impl ProducerRecord {
     }
 }
 
-/// One record to encode, borrowing its key, value and headers (from a request body, say).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordRef<'a> {
-    pub key: Option<&'a [u8]>,
-    pub value: Option<&'a [u8]>,
-    pub headers: &'a [Header],
-    pub timestamp_ms: i64,
-}
-
-impl RecordRef<'_> {
-    /// Bytes of the record after its length prefix, at these deltas from the batch's base.
-    fn body_len(&self, timestamp_delta: i64, offset_delta: i32) -> usize {
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|(k, v)| nullable_len(Some(k.as_bytes())) + nullable_len(v.as_deref()))
-            .sum();
-        1 + varlong_len(timestamp_delta)
-            + varint_len(offset_delta)
-            + nullable_len(self.key)
-            + nullable_len(self.value)
-            + varint_len(self.headers.len() as i32)
-            + headers
-    }
-
-    /// Bytes of the record including its length prefix.
-    fn framed_len(&self, timestamp_delta: i64, offset_delta: i32) -> usize {
-        let body = self.body_len(timestamp_delta, offset_delta);
-        varint_len(body as i32) + body
-    }
-
-    /// Bytes of a batch that holds only this record: what `max.message.bytes` is compared with
-    /// for a record that cannot be split further.
-    pub fn alone_batch_bytes(&self) -> usize {
-        BATCH_HEADER_BYTES + self.framed_len(0, 0)
-    }
-}
-
-/// Writes one uncompressed RecordBatch v2 into a caller-owned buffer, record by record, with
-/// base offset 0 (the broker assigns offsets) and no producer id (not idempotent). Nothing is
-/// allocated per record: each record is written in place at its exact size (the buffer grows
-/// only if the caller did not reserve enough).
-///
-/// Several batches can follow each other in one buffer: [`BatchBuilder::finish`] hands the
-/// buffer back for the next builder.
-#[derive(Debug)]
-pub struct BatchBuilder<'a> {
-    out: &'a mut BytesMut,
-    /// Where this batch starts in `out`.
-    start: usize,
-    base_timestamp: i64,
-    max_timestamp: i64,
-    count: i32,
-}
-
-impl<'a> BatchBuilder<'a> {
-    /// Starts a batch at the end of `out` (the header's counts and CRC are filled in by
-    /// [`BatchBuilder::finish`]).
-    pub fn new(out: &'a mut BytesMut) -> Self {
-        let start = out.len();
-        out.reserve(BATCH_HEADER_BYTES);
-        out.put_i64(0); // base offset
-        out.put_i32(0); // batch length
-        out.put_i32(NO_PARTITION_LEADER_EPOCH);
-        out.put_i8(MAGIC_V2);
-        out.put_u32(0); // CRC
-        out.put_i16(0); // attributes: no compression, create time, not transactional
-        out.put_i32(0); // last offset delta
-        out.put_i64(0); // base timestamp
-        out.put_i64(0); // max timestamp
-        out.put_i64(NO_PRODUCER_ID);
-        out.put_i16(NO_PRODUCER_EPOCH);
-        out.put_i32(NO_SEQUENCE);
-        out.put_i32(0); // record count
-        BatchBuilder {
-            out,
-            start,
-            base_timestamp: 0,
-            max_timestamp: i64::MIN,
-            count: 0,
-        }
-    }
-
-    /// Records pushed so far.
-    pub fn len(&self) -> usize {
-        self.count as usize
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Bytes of the batch so far.
-    pub fn batch_bytes(&self) -> usize {
-        self.out.len() - self.start
-    }
-
-    /// Bytes the batch would have with `record` pushed next (to split before a limit).
-    pub fn batch_bytes_with(&self, record: &RecordRef<'_>) -> usize {
-        let (timestamp_delta, offset_delta) = self.deltas(record);
-        self.batch_bytes() + record.framed_len(timestamp_delta, offset_delta)
-    }
-
-    fn deltas(&self, record: &RecordRef<'_>) -> (i64, i32) {
-        if self.count == 0 {
-            (0, 0)
-        } else {
-            (
-                record.timestamp_ms.wrapping_sub(self.base_timestamp),
-                self.count,
-            )
-        }
-    }
-
-    /// Appends `record` to the batch.
-    pub fn push(&mut self, record: &RecordRef<'_>) {
-        if self.count == 0 {
-            self.base_timestamp = record.timestamp_ms;
-        }
-        let (timestamp_delta, offset_delta) = self.deltas(record);
-        let body = record.body_len(timestamp_delta, offset_delta);
-        let out = &mut *self.out;
-        out.reserve(varint_len(body as i32) + body);
-        put_varint(out, body as i32);
-        out.put_i8(0); // record attributes (unused)
-        put_varlong(out, timestamp_delta);
-        put_varint(out, offset_delta);
-        put_nullable_bytes(out, record.key);
-        put_nullable_bytes(out, record.value);
-        put_varint(out, record.headers.len() as i32);
-        for (key, value) in record.headers {
-            put_nullable_bytes(out, Some(key.as_bytes()));
-            put_nullable_bytes(out, value.as_deref());
-        }
-        self.max_timestamp = self.max_timestamp.max(record.timestamp_ms);
-        self.count += 1;
-    }
-
-    /// Completes the batch (lengths, counts, timestamps, CRC) and returns the buffer. A batch
-    /// with no records is removed again: a RecordBatch holds at least one record.
-    pub fn finish(self) -> &'a mut BytesMut {
-        let BatchBuilder {
-            out,
-            start,
-            base_timestamp,
-            max_timestamp,
-            count,
-        } = self;
-        if count == 0 {
-            out.truncate(start);
-            return out;
-        }
-        let batch = &mut out[start..];
-        let batch_length = (batch.len() - LOG_OVERHEAD_BYTES) as i32;
-        batch[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&batch_length.to_be_bytes());
-        batch[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
-            .copy_from_slice(&(count - 1).to_be_bytes());
-        batch[BASE_TIMESTAMP_AT..BASE_TIMESTAMP_AT + 8]
-            .copy_from_slice(&base_timestamp.to_be_bytes());
-        batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_be_bytes());
-        batch[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&count.to_be_bytes());
-        let crc = crc32c::crc32c(&batch[CRC_START..]);
-        batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-        out
-    }
-}
-
 /// Appends one uncompressed RecordBatch v2 holding `records` (at least one) to `out`, with base
 /// offset 0 (the broker assigns offsets) and no producer id (not idempotent).
 pub fn encode_batch(out: &mut BytesMut, records: &[ProducerRecord]) {
@@ -286,61 +94,6 @@ pub fn encode_batch(out: &mut BytesMut, records: &[ProducerRecord]) {
         builder.push(&record.as_record_ref());
     }
     builder.finish();
-}
-
-fn zigzag32(value: i32) -> u64 {
-    ((value << 1) ^ (value >> 31)) as u32 as u64
-}
-
-fn zigzag64(value: i64) -> u64 {
-    ((value << 1) ^ (value >> 63)) as u64
-}
-
-/// Bytes of `value` as unsigned LEB128 (7 bits per byte).
-fn unsigned_len(value: u64) -> usize {
-    let bits = 64 - (value | 1).leading_zeros() as usize;
-    bits.div_ceil(7)
-}
-
-fn varint_len(value: i32) -> usize {
-    unsigned_len(zigzag32(value))
-}
-
-fn varlong_len(value: i64) -> usize {
-    unsigned_len(zigzag64(value))
-}
-
-fn nullable_len(bytes: Option<&[u8]>) -> usize {
-    match bytes {
-        None => 1,
-        Some(b) => varint_len(b.len() as i32) + b.len(),
-    }
-}
-
-fn put_varint(out: &mut impl BufMut, value: i32) {
-    put_unsigned(out, zigzag32(value));
-}
-
-fn put_varlong(out: &mut impl BufMut, value: i64) {
-    put_unsigned(out, zigzag64(value));
-}
-
-fn put_unsigned(out: &mut impl BufMut, mut value: u64) {
-    while value >= 0x80 {
-        out.put_u8((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.put_u8(value as u8);
-}
-
-fn put_nullable_bytes(out: &mut impl BufMut, bytes: Option<&[u8]>) {
-    match bytes {
-        None => put_varint(out, -1),
-        Some(b) => {
-            put_varint(out, b.len() as i32);
-            out.put_slice(b);
-        }
-    }
 }
 
 /// Why fetched bytes could not be read as records.
@@ -388,12 +141,12 @@ pub enum DecodeError {
 
 /// The name of a batch compression codec, from the low three bits of the attributes.
 pub fn codec_name(attributes: i16) -> &'static str {
-    match attributes & ATTR_COMPRESSION_MASK {
-        CODEC_NONE => "none",
-        CODEC_GZIP => "gzip",
-        CODEC_SNAPPY => "snappy",
-        CODEC_LZ4 => "lz4",
-        CODEC_ZSTD => "zstd",
+    match attributes & attributes::COMPRESSION_MASK {
+        codec::NONE => "none",
+        codec::GZIP => "gzip",
+        codec::SNAPPY => "snappy",
+        codec::LZ4 => "lz4",
+        codec::ZSTD => "zstd",
         _ => "an unknown codec",
     }
 }
@@ -415,12 +168,12 @@ impl Iterator for Batches {
     type Item = Result<FetchedBatch, DecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.len() < LOG_OVERHEAD_BYTES + 5 {
+        if self.rest.len() < header::MAGIC.end {
             return None;
         }
-        let base_offset = i64::from_be_bytes(self.rest[0..8].try_into().expect("8 bytes"));
-        let length = i32::from_be_bytes(self.rest[8..12].try_into().expect("4 bytes"));
-        let magic = self.rest[16] as i8;
+        let base_offset = sluice_batch::read_i64(&self.rest, header::BASE_OFFSET);
+        let length = sluice_batch::read_i32(&self.rest, header::BATCH_LENGTH);
+        let magic = self.rest[header::MAGIC.start] as i8;
         if magic != MAGIC_V2 {
             self.rest.clear();
             return Some(Err(DecodeError::UnsupportedMagic { base_offset, magic }));
@@ -456,13 +209,12 @@ pub struct FetchedBatch {
 
 impl FetchedBatch {
     fn parse(bytes: Bytes) -> Result<FetchedBatch, DecodeError> {
-        let mut header = &bytes[..];
-        let base_offset = header.get_i64();
-        let _length = header.get_i32();
-        let _leader_epoch = header.get_i32();
-        let _magic = header.get_i8();
-        let stored = header.get_u32();
-        let computed = crc32c::crc32c(&bytes[CRC_START..]);
+        // `Batches` only hands over whole batches: at least the header is here.
+        let field_i64 = |field| sluice_batch::read_i64(&bytes, field);
+        let field_i32 = |field| sluice_batch::read_i32(&bytes, field);
+        let base_offset = field_i64(header::BASE_OFFSET);
+        let stored = sluice_batch::read_u32(&bytes, header::CRC);
+        let computed = sluice_batch::crc_of(&bytes);
         if stored != computed {
             return Err(DecodeError::BadCrc {
                 base_offset,
@@ -470,14 +222,11 @@ impl FetchedBatch {
                 computed,
             });
         }
-        let attributes = header.get_i16();
-        let last_offset_delta = header.get_i32();
-        let base_timestamp = header.get_i64();
-        let max_timestamp = header.get_i64();
-        let _producer_id = header.get_i64();
-        let _producer_epoch = header.get_i16();
-        let _base_sequence = header.get_i32();
-        let record_count = header.get_i32();
+        let attributes = sluice_batch::read_i16(&bytes, header::ATTRIBUTES);
+        let last_offset_delta = field_i32(header::LAST_OFFSET_DELTA);
+        let base_timestamp = field_i64(header::BASE_TIMESTAMP);
+        let max_timestamp = field_i64(header::MAX_TIMESTAMP);
+        let record_count = field_i32(header::RECORD_COUNT);
         Ok(FetchedBatch {
             base_offset,
             attributes,
@@ -496,7 +245,7 @@ impl FetchedBatch {
 
     /// A control batch (transaction markers): not application records.
     pub fn is_control(&self) -> bool {
-        self.attributes & ATTR_CONTROL != 0
+        self.attributes & attributes::CONTROL != 0
     }
 
     /// The compression codec's name ("none" for an uncompressed batch).
@@ -508,8 +257,8 @@ impl FetchedBatch {
     /// section is a slice of the fetched bytes (no copy); a compressed one is decompressed into
     /// one new buffer of at most `limit` bytes (more is [`DecodeError::DecompressedTooLarge`]).
     pub fn records_section(&self, limit: usize) -> Result<Bytes, DecodeError> {
-        let codec = self.attributes & ATTR_COMPRESSION_MASK;
-        if codec == CODEC_NONE {
+        let codec = self.attributes & attributes::COMPRESSION_MASK;
+        if codec == codec::NONE {
             return Ok(self.records.clone());
         }
         let name = codec_name(self.attributes);
@@ -547,7 +296,7 @@ impl FetchedBatch {
             base_offset: self.base_offset,
             base_timestamp: self.base_timestamp,
             max_timestamp: self.max_timestamp,
-            log_append_time: self.attributes & ATTR_LOG_APPEND_TIME != 0,
+            log_append_time: self.attributes & attributes::TIMESTAMP_TYPE_LOG_APPEND != 0,
         })
     }
 

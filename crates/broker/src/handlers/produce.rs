@@ -25,9 +25,6 @@ use crate::producers::{self, Verdict};
 use crate::topics::Topic;
 use crate::{Broker, errors};
 
-/// Bit of the batch attributes that marks a transactional batch.
-const ATTR_TRANSACTIONAL: u16 = 0x10;
-
 /// Appends now; the returned future waits for durability and builds the response (`None` for
 /// acks=0).
 pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<ProduceResponse>> {
@@ -178,7 +175,7 @@ fn append(
         let appended = log.append(records).map_err(log_err)?;
         return Ok(Outcome::Appended(appended, log.log_start_offset()));
     };
-    if first.attributes() & ATTR_TRANSACTIONAL != 0 {
+    if first.is_transactional() {
         return Err((
             ResponseError::InvalidRecord.code(),
             "transactional batches are not supported".to_owned(),

@@ -7,7 +7,7 @@
 
 use std::io::Read;
 
-use super::{CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD};
+use sluice_batch::attributes::codec::{GZIP, LZ4, SNAPPY, ZSTD};
 
 /// The first bytes of a snappy stream in the framing of the Java client's xerial library:
 /// magic (8), version (4), compatible version (4), then blocks of length (4, big-endian) + raw
@@ -33,8 +33,8 @@ impl From<std::io::Error> for Inflate {
 /// zstd window is at most 128 MiB, the reference library's default cap).
 pub(super) fn decompress(codec: i16, input: &[u8], limit: usize) -> Result<Vec<u8>, Inflate> {
     match codec {
-        CODEC_GZIP => read_bounded(flate2::read::MultiGzDecoder::new(input), input.len(), limit),
-        CODEC_SNAPPY => {
+        GZIP => read_bounded(flate2::read::MultiGzDecoder::new(input), input.len(), limit),
+        SNAPPY => {
             if input.starts_with(XERIAL_MAGIC) {
                 snappy_xerial(input, limit)
             } else {
@@ -43,12 +43,12 @@ pub(super) fn decompress(codec: i16, input: &[u8], limit: usize) -> Result<Vec<u
                 Ok(out)
             }
         }
-        CODEC_LZ4 => read_bounded(
+        LZ4 => read_bounded(
             lz4_flex::frame::FrameDecoder::new(input),
             input.len(),
             limit,
         ),
-        CODEC_ZSTD => read_bounded(
+        ZSTD => read_bounded(
             zstd::stream::read::Decoder::with_buffer(input)?,
             input.len(),
             limit,
@@ -120,6 +120,7 @@ mod tests {
     use std::io::Write;
 
     use bytes::{Bytes, BytesMut};
+    use sluice_batch::varint::put_unsigned;
 
     use super::super::tests::{record, sample};
     use super::super::*;
@@ -138,11 +139,11 @@ mod tests {
         let mut out = BytesMut::from(&plain[..BATCH_HEADER_BYTES]);
         out.extend_from_slice(&packed);
         let length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
-        out[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&length.to_be_bytes());
-        let attributes = i16::from_be_bytes([out[21], out[22]]) | codec;
-        out[21..23].copy_from_slice(&attributes.to_be_bytes());
-        let crc = crc32c::crc32c(&out[CRC_START..]);
-        out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        out[header::BATCH_LENGTH].copy_from_slice(&length.to_be_bytes());
+        let attributes = sluice_batch::read_i16(&out, header::ATTRIBUTES) | codec;
+        out[header::ATTRIBUTES].copy_from_slice(&attributes.to_be_bytes());
+        let crc = sluice_batch::crc_of(&out);
+        out[header::CRC].copy_from_slice(&crc.to_be_bytes());
         out.freeze()
     }
 
@@ -183,11 +184,11 @@ mod tests {
 
     fn codecs() -> [Codec; 5] {
         [
-            (CODEC_GZIP, "gzip", gzip),
-            (CODEC_SNAPPY, "snappy", snappy_raw),
-            (CODEC_SNAPPY, "snappy", |d| snappy_xerial(d, 1_000)),
-            (CODEC_LZ4, "lz4", lz4),
-            (CODEC_ZSTD, "zstd", zstd),
+            (GZIP, "gzip", gzip),
+            (SNAPPY, "snappy", snappy_raw),
+            (SNAPPY, "snappy", |d| snappy_xerial(d, 1_000)),
+            (LZ4, "lz4", lz4),
+            (ZSTD, "zstd", zstd),
         ]
     }
 
@@ -232,7 +233,7 @@ mod tests {
         let mut claim = Vec::new();
         put_unsigned(&mut claim, 1 << 31);
         claim.extend_from_slice(&[0u8; 8]);
-        let bytes = compressed_batch(&[record(None, "x", &[], 1)], CODEC_SNAPPY, |_| claim);
+        let bytes = compressed_batch(&[record(None, "x", &[], 1)], SNAPPY, |_| claim);
         let batch = Batches::new(bytes).next().unwrap().unwrap();
         let err = batch.records().unwrap_err();
         assert!(
@@ -242,7 +243,7 @@ mod tests {
 
         // A gzip bomb: 100 MiB of zeros in about 100 KiB.
         let zeros = vec![0u8; 100 << 20];
-        let bytes = compressed_batch(&[record(None, "x", &[], 1)], CODEC_GZIP, |_| gzip(&zeros));
+        let bytes = compressed_batch(&[record(None, "x", &[], 1)], GZIP, |_| gzip(&zeros));
         let batch = Batches::new(bytes).next().unwrap().unwrap();
         let err = batch.records().unwrap_err();
         assert!(

@@ -1,5 +1,7 @@
 //! Unit tests of the record codec: encoding, decoding, malformed input.
 
+use sluice_batch::varint::{put_varint, put_varlong, varint_len, varlong_len};
+
 use super::*;
 
 pub(super) fn record(
@@ -221,9 +223,9 @@ fn malformed_records_are_errors_not_panics() {
         // Re-frame the cut batch as whole (fix length and CRC) so decoding reaches the records.
         let mut b = BytesMut::from(&whole[..cut]);
         let len = (cut - LOG_OVERHEAD_BYTES) as i32;
-        b[8..12].copy_from_slice(&len.to_be_bytes());
-        let crc = crc32c::crc32c(&b[CRC_START..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b[header::BATCH_LENGTH].copy_from_slice(&len.to_be_bytes());
+        let crc = sluice_batch::crc_of(&b);
+        b[header::CRC].copy_from_slice(&crc.to_be_bytes());
         let batch = Batches::new(b.freeze()).next().unwrap().unwrap();
         assert!(batch.records().is_err(), "cut at {cut}");
     }
