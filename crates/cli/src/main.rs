@@ -8,6 +8,7 @@ mod consume;
 mod group;
 mod produce;
 mod serve;
+mod settings;
 mod topic;
 
 use clap::{Parser, Subcommand};

@@ -5,14 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use sluice_broker::{Broker, BrokerConfig};
-use sluice_http::auth::{ApiKeyConfig, Auth};
-use sluice_http::{AppState, HttpConfig};
-use sluice_log::FlushPolicy;
-use sluice_server::ServerConfig;
+use anyhow::Context;
+use sluice_broker::Broker;
+use sluice_http::AppState;
+use sluice_http::auth::Auth;
 
-use crate::bytesize::ByteSize;
+use crate::settings::{HttpListen, Resolved, Settings, read_config_file};
 
 /// Run the broker.
 ///
@@ -42,160 +40,9 @@ pub struct ServeArgs {
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max)
     #[arg(long, env = "SLUICE_CONFIG")]
     config: Option<PathBuf>,
-    /// Where data is stored [default: ./sluice-data]
-    #[arg(long, env = "SLUICE_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// Kafka listener address [default: 127.0.0.1:9092]
-    #[arg(long, env = "SLUICE_KAFKA_ADDR")]
-    kafka_addr: Option<String>,
-    /// HTTP API listener address; "off" disables the HTTP API [default: 127.0.0.1:8080]
-    #[arg(long, env = "SLUICE_HTTP_ADDR")]
-    http_addr: Option<String>,
-    /// Serve the HTTP API without API keys on a non-loopback address [default: false]
-    #[arg(long, env = "SLUICE_HTTP_ALLOW_ANONYMOUS")]
-    http_allow_anonymous: Option<bool>,
-    /// Largest HTTP request body; larger gets 413 [default: 67108864 = 64 MiB, or a quarter
-    /// of --memory-limit if that is less]
-    #[arg(long, env = "SLUICE_HTTP_MAX_BODY_BYTES")]
-    http_max_body_bytes: Option<usize>,
-    /// Most records one HTTP produce request may carry; more gets 413 [default: 100000]
-    #[arg(long, env = "SLUICE_HTTP_MAX_RECORDS_PER_REQUEST")]
-    http_max_records_per_request: Option<usize>,
-    /// HTTP requests served at once, long polls included; more gets 429 [default: 1024]
-    #[arg(long, env = "SLUICE_HTTP_MAX_CONCURRENT_REQUESTS")]
-    http_max_concurrent_requests: Option<usize>,
-    /// An HTTP request's whole header must arrive within this; a slower connection is closed
-    /// [default: 10000]
-    #[arg(long, env = "SLUICE_HTTP_HEADER_READ_TIMEOUT_MS")]
-    http_header_read_timeout_ms: Option<u64>,
-    /// An HTTP request's whole body must arrive within this, from its first read; slower gets
-    /// 408 [default: 30000]
-    #[arg(long, env = "SLUICE_HTTP_BODY_READ_TIMEOUT_MS")]
-    http_body_read_timeout_ms: Option<u64>,
-    /// Close a kept-alive HTTP connection with no request in flight for this long
-    /// [default: 60000]
-    #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT_MS")]
-    http_idle_timeout_ms: Option<u64>,
-    /// HTTP connections open at once; more are closed when accepted [default: 4096]
-    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
-    http_max_connections: Option<usize>,
-    /// Host name clients are told to connect to [default: the listener's IP]
-    #[arg(long, env = "SLUICE_ADVERTISED_HOST")]
-    advertised_host: Option<String>,
-    /// Create topics on first use by a client's Metadata request [default: true]
-    #[arg(long, env = "SLUICE_AUTO_CREATE_TOPICS")]
-    auto_create_topics: Option<bool>,
-    /// Partitions of auto-created topics [default: 1]
-    #[arg(long, env = "SLUICE_DEFAULT_PARTITIONS")]
-    default_partitions: Option<i32>,
-    /// Delete data older than this; -1 keeps it forever [default: 604800000 = 7 days]
-    #[arg(long, env = "SLUICE_RETENTION_MS")]
-    retention_ms: Option<i64>,
-    /// Delete the oldest data while a partition holds more than this; -1 for no limit [default: -1]
-    #[arg(long, env = "SLUICE_RETENTION_BYTES")]
-    retention_bytes: Option<i64>,
-    /// Segment file size [default: 1073741824 = 1 GiB]
-    #[arg(long, env = "SLUICE_SEGMENT_BYTES")]
-    segment_bytes: Option<u64>,
-    /// Roll segments older than this [default: 604800000 = 7 days]
-    #[arg(long, env = "SLUICE_SEGMENT_MS")]
-    segment_ms: Option<i64>,
-    /// 0 = fsync before every acknowledgement with group commit; N = fsync every N ms instead
-    /// (acknowledgements wait for it) [default: 0]
-    #[arg(long, env = "SLUICE_FLUSH_INTERVAL_MS")]
-    flush_interval_ms: Option<u64>,
-    /// Threads that run fdatasyncs for the partitions (each syncs one partition at a time)
-    /// [default: 2]
-    #[arg(long, env = "SLUICE_SYNC_THREADS")]
-    sync_threads: Option<usize>,
-    /// Largest request accepted, in bytes or with a unit (Kafka's socket.request.max.bytes)
-    /// [default: 104857600 = 100 MiB, or a quarter of --memory-limit if that is less]
-    #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES")]
-    max_request_bytes: Option<ByteSize>,
-    /// What the broker may hold for clients in all: requests from their first byte, fetch
-    /// responses until written, HTTP bodies and reads. When it is used up, connections stop
-    /// reading and fetches return less. A size such as 256MiB or 1GiB [default: 512MiB]
-    #[arg(long, env = "SLUICE_MEMORY_LIMIT")]
-    memory_limit: Option<ByteSize>,
-    /// Most bytes one Fetch response carries; a client's max_bytes of 0 or less means this
-    /// (Kafka's fetch.max.bytes) [default: 52428800 = 50 MiB, or a quarter of --memory-limit
-    /// if that is less]
-    #[arg(long, env = "SLUICE_FETCH_MAX_BYTES")]
-    fetch_max_bytes: Option<ByteSize>,
-    /// A Kafka request must arrive whole within this once its first byte has, and a client must
-    /// read its responses within it; otherwise the connection is closed [default: 30000]
-    #[arg(long, env = "SLUICE_REQUEST_TIMEOUT_MS")]
-    request_timeout_ms: Option<u64>,
-    /// Close Kafka connections with nothing in flight for this long (Kafka's
-    /// connections.max.idle.ms) [default: 600000 = 10 minutes]
-    #[arg(long, env = "SLUICE_CONNECTIONS_MAX_IDLE_MS")]
-    connections_max_idle_ms: Option<u64>,
-    /// Kafka connections open at once; more are closed as they arrive (Kafka's
-    /// max.connections) [default: 4096]
-    #[arg(long, env = "SLUICE_MAX_CONNECTIONS")]
-    max_connections: Option<usize>,
-    /// Kafka connections open at once from one IP address (Kafka's max.connections.per.ip)
-    /// [default: 1024]
-    #[arg(long, env = "SLUICE_MAX_CONNECTIONS_PER_IP")]
-    max_connections_per_ip: Option<usize>,
-    /// Largest record batch a topic accepts unless its max.message.bytes says otherwise
-    /// [default: 1048588]
-    #[arg(long, env = "SLUICE_MAX_MESSAGE_BYTES")]
-    max_message_bytes: Option<i64>,
-    /// How long the first rebalance of an empty classic group waits for more members to join
-    /// (Kafka's group.initial.rebalance.delay.ms) [default: 3000]
-    #[arg(long, env = "SLUICE_GROUP_INITIAL_REBALANCE_DELAY_MS")]
-    group_initial_rebalance_delay_ms: Option<i64>,
-    /// KIP-848 consumer groups: a member that sends no heartbeat for this long is removed
-    /// (group.consumer.session.timeout.ms) [default: 45000]
-    #[arg(long, env = "SLUICE_GROUP_CONSUMER_SESSION_TIMEOUT_MS")]
-    group_consumer_session_timeout_ms: Option<i32>,
-    /// KIP-848 consumer groups: how often members heartbeat
-    /// (group.consumer.heartbeat.interval.ms) [default: 5000]
-    #[arg(long, env = "SLUICE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
-    group_consumer_heartbeat_interval_ms: Option<i32>,
-    /// Most consumer groups the broker keeps [default: 10000]
-    #[arg(long, env = "SLUICE_GROUPS_MAX")]
-    groups_max: Option<usize>,
-}
-
-/// The same settings, from the TOML file.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    data_dir: Option<PathBuf>,
-    kafka_addr: Option<String>,
-    http_addr: Option<String>,
-    http_allow_anonymous: Option<bool>,
-    http_max_body_bytes: Option<usize>,
-    http_max_records_per_request: Option<usize>,
-    http_max_concurrent_requests: Option<usize>,
-    http_header_read_timeout_ms: Option<u64>,
-    http_body_read_timeout_ms: Option<u64>,
-    http_idle_timeout_ms: Option<u64>,
-    http_max_connections: Option<usize>,
-    http_api_keys: Option<Vec<ApiKeyConfig>>,
-    advertised_host: Option<String>,
-    auto_create_topics: Option<bool>,
-    default_partitions: Option<i32>,
-    retention_ms: Option<i64>,
-    retention_bytes: Option<i64>,
-    segment_bytes: Option<u64>,
-    segment_ms: Option<i64>,
-    flush_interval_ms: Option<u64>,
-    sync_threads: Option<usize>,
-    max_request_bytes: Option<ByteSize>,
-    memory_limit: Option<ByteSize>,
-    fetch_max_bytes: Option<ByteSize>,
-    request_timeout_ms: Option<u64>,
-    connections_max_idle_ms: Option<u64>,
-    max_connections: Option<usize>,
-    max_connections_per_ip: Option<usize>,
-    max_message_bytes: Option<i64>,
-    group_initial_rebalance_delay_ms: Option<i64>,
-    group_consumer_session_timeout_ms: Option<i32>,
-    group_consumer_heartbeat_interval_ms: Option<i32>,
-    groups_max: Option<usize>,
+    // Every other setting; each is a flag, a `SLUICE_*` variable and a TOML key.
+    #[command(flatten)]
+    settings: Settings,
 }
 
 /// How often the config file is checked for changed HTTP API keys.
@@ -207,287 +54,23 @@ const RUNTIME_EVENT_INTERVAL: u32 = 8;
 /// How often retention runs.
 const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
-fn read_config_file(path: &std::path::Path) -> anyhow::Result<FileConfig> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading config file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
-}
-
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let file: FileConfig = match &args.config {
+    let file = match &args.config {
         Some(path) => read_config_file(path)?,
-        None => FileConfig::default(),
+        None => Settings::default(),
     };
-    let http_addr = args
-        .http_addr
-        .or(file.http_addr)
-        .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-    let http_addr = (!http_addr.eq_ignore_ascii_case("off")).then_some(http_addr);
-    let allow_anonymous = args
-        .http_allow_anonymous
-        .or(file.http_allow_anonymous)
-        .unwrap_or(false);
-    let mut http_config = HttpConfig::default();
-    let http_max_body_bytes = args.http_max_body_bytes.or(file.http_max_body_bytes);
-    if let Some(v) = http_max_body_bytes {
-        http_config.max_body_bytes = v;
-    }
-    if let Some(v) = args
-        .http_max_records_per_request
-        .or(file.http_max_records_per_request)
-    {
-        http_config.max_records_per_request = v;
-    }
-    if let Some(v) = args
-        .http_max_concurrent_requests
-        .or(file.http_max_concurrent_requests)
-    {
-        http_config.max_concurrent_requests = v;
-    }
-    if let Some(v) = args
-        .http_header_read_timeout_ms
-        .or(file.http_header_read_timeout_ms)
-    {
-        http_config.header_read_timeout_ms = v;
-    }
-    if let Some(v) = args
-        .http_body_read_timeout_ms
-        .or(file.http_body_read_timeout_ms)
-    {
-        http_config.body_read_timeout_ms = v;
-    }
-    if let Some(v) = args.http_idle_timeout_ms.or(file.http_idle_timeout_ms) {
-        http_config.idle_timeout_ms = v;
-    }
-    if let Some(v) = args.http_max_connections.or(file.http_max_connections) {
-        http_config.max_connections = v;
-    }
-    for (name, v) in [
-        ("http_max_body_bytes", http_config.max_body_bytes),
-        (
-            "http_max_records_per_request",
-            http_config.max_records_per_request,
-        ),
-        (
-            "http_max_concurrent_requests",
-            http_config.max_concurrent_requests,
-        ),
-        ("http_max_connections", http_config.max_connections),
-    ] {
-        if v == 0 {
-            bail!("{name} must be at least 1");
-        }
-    }
-    // A zero timeout would close every connection (or answer every body 408) at once.
-    for (name, v) in [
-        (
-            "http_header_read_timeout_ms",
-            http_config.header_read_timeout_ms,
-        ),
-        (
-            "http_body_read_timeout_ms",
-            http_config.body_read_timeout_ms,
-        ),
-        ("http_idle_timeout_ms", http_config.idle_timeout_ms),
-    ] {
-        if v == 0 {
-            bail!("{name} must be at least 1 (a timeout of 0 would cut off every request)");
-        }
-    }
-    let auth = Arc::new(
-        Auth::new(file.http_api_keys.clone().unwrap_or_default())
-            .map_err(anyhow::Error::msg)
-            .context("invalid http_api_keys in the config file")?,
-    );
-    // Resolved once, here: the check below and the bind use the same addresses. An open HTTP
-    // API on a non-loopback address is refused before anything binds, so it is never
-    // reachable, not even briefly.
-    let http_addrs: Option<Vec<std::net::SocketAddr>> = match &http_addr {
-        Some(addr) => Some(
-            std::net::ToSocketAddrs::to_socket_addrs(addr)
-                .with_context(|| format!("resolving the HTTP address {addr}"))?
-                .collect(),
-        ),
-        None => None,
-    };
-    if !auth.enabled() && !allow_anonymous {
-        let open = http_addrs.iter().flatten().find(|a| !a.ip().is_loopback());
-        if let Some(open) = open {
-            bail!(
-                "the HTTP API would listen on {open} without API keys: configure http_api_keys in the config file (see `sluice api-key new`), bind it to a loopback address, or pass --http-allow-anonymous"
-            );
-        }
-    }
-    let data_dir = args
-        .data_dir
-        .or(file.data_dir)
-        .unwrap_or_else(|| "sluice-data".into());
-    let kafka_addr = args
-        .kafka_addr
-        .or(file.kafka_addr)
-        .unwrap_or_else(|| "127.0.0.1:9092".to_owned());
-    let mut broker_config = BrokerConfig::new(&data_dir);
-    if let Some(v) = args.auto_create_topics.or(file.auto_create_topics) {
-        broker_config.auto_create_topics = v;
-    }
-    if let Some(v) = args.default_partitions.or(file.default_partitions) {
-        if !(1..=broker_config.partitions_per_topic_max).contains(&v) {
-            bail!(
-                "default_partitions must be between 1 and {}, got {v}",
-                broker_config.partitions_per_topic_max
-            );
-        }
-        broker_config.default_partitions = v;
-    }
-    if let Some(v) = args.retention_ms.or(file.retention_ms) {
-        broker_config.log.retention_ms = (v >= 0).then_some(v);
-    }
-    if let Some(v) = args.retention_bytes.or(file.retention_bytes) {
-        broker_config.log.retention_bytes = (v >= 0).then_some(v as u64);
-    }
-    if let Some(v) = args.segment_bytes.or(file.segment_bytes) {
-        broker_config.log.segment_bytes = v;
-    }
-    if let Some(v) = args.segment_ms.or(file.segment_ms) {
-        broker_config.log.segment_ms = Some(v);
-    }
-    broker_config
-        .log
-        .validate()
-        .context("invalid log settings")?;
-    let groups = &mut broker_config.groups;
-    if let Some(v) = args
-        .group_initial_rebalance_delay_ms
-        .or(file.group_initial_rebalance_delay_ms)
-    {
-        if v < 0 {
-            bail!("group_initial_rebalance_delay_ms must be 0 or more, got {v}");
-        }
-        groups.classic.initial_rebalance_delay_ms = v;
-    }
-    let heartbeat_ms = args
-        .group_consumer_heartbeat_interval_ms
-        .or(file.group_consumer_heartbeat_interval_ms);
-    if let Some(v) = heartbeat_ms {
-        groups.consumer.heartbeat_interval_ms = v;
-    }
-    if let Some(v) = args
-        .group_consumer_session_timeout_ms
-        .or(file.group_consumer_session_timeout_ms)
-    {
-        groups.consumer.session_timeout_ms = v;
-    }
-    if groups.consumer.heartbeat_interval_ms < 1
-        || groups.consumer.heartbeat_interval_ms >= groups.consumer.session_timeout_ms
-    {
-        bail!(
-            "group_consumer_heartbeat_interval_ms ({}) must be at least 1 and less than group_consumer_session_timeout_ms ({})",
-            groups.consumer.heartbeat_interval_ms,
-            groups.consumer.session_timeout_ms
-        );
-    }
-    if let Some(v) = args.groups_max.or(file.groups_max) {
-        if v == 0 {
-            bail!("groups_max must be at least 1");
-        }
-        groups.groups_max = v;
-    }
-    if let Some(v) = args.sync_threads.or(file.sync_threads) {
-        if !(1..=64).contains(&v) {
-            bail!("sync_threads must be between 1 and 64, got {v}");
-        }
-        broker_config.sync_threads = v;
-    }
-    match args.flush_interval_ms.or(file.flush_interval_ms) {
-        None | Some(0) => {}
-        Some(ms) => broker_config.flush = FlushPolicy::IntervalMs(ms),
-    }
-    if let Some(v) = args.max_message_bytes.or(file.max_message_bytes) {
-        broker_config.max_message_bytes = v;
-    }
-    let memory_limit = args.memory_limit.or(file.memory_limit).map_or(
-        sluice_broker::memory::MEMORY_LIMIT_DEFAULT as u64,
-        ByteSize::bytes,
-    );
-    let memory_limit = usize::try_from(memory_limit).unwrap_or(usize::MAX);
-    // One request, and one fetch response, must fit in the budget with room to spare for the
-    // others; unset, both limits shrink with a small budget instead of refusing to start.
-    let half_budget = memory_limit / 2;
-    let mut server_config = ServerConfig::default();
-    let max_request_bytes = args.max_request_bytes.or(file.max_request_bytes);
-    let max_request_bytes =
-        max_request_bytes.map(|v| usize::try_from(v.bytes()).unwrap_or(usize::MAX));
-    server_config.max_request_bytes = match max_request_bytes {
-        Some(v) if v > half_budget => bail!(
-            "max_request_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower max_request_bytes",
-            ByteSize(memory_limit as u64)
-        ),
-        Some(v) => v,
-        None => server_config.max_request_bytes.min(memory_limit / 4),
-    };
-    let fetch_max_bytes = args.fetch_max_bytes.or(file.fetch_max_bytes);
-    let fetch_max_bytes = fetch_max_bytes.map(|v| usize::try_from(v.bytes()).unwrap_or(usize::MAX));
-    broker_config.fetch_max_bytes = match fetch_max_bytes {
-        Some(0) => bail!("fetch_max_bytes must be at least 1"),
-        Some(v) if v > half_budget => bail!(
-            "fetch_max_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower fetch_max_bytes",
-            ByteSize(memory_limit as u64)
-        ),
-        Some(v) => v,
-        None => broker_config.fetch_max_bytes.min(memory_limit / 4),
-    };
-    if server_config.max_request_bytes < 1024 || broker_config.fetch_max_bytes < 1024 {
-        bail!(
-            "memory_limit ({}) is too small to serve requests: give it at least 4KiB, and 64MiB or more in practice",
-            ByteSize(memory_limit as u64)
-        );
-    }
-    broker_config.memory_limit = memory_limit;
-    // The HTTP API draws on the same budget: its bodies follow the same rule, and its reads
-    // share the Kafka fetch cap.
-    match http_max_body_bytes {
-        Some(v) if v > half_budget => bail!(
-            "http_max_body_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower http_max_body_bytes",
-            ByteSize(memory_limit as u64)
-        ),
-        Some(_) => {}
-        None => http_config.max_body_bytes = http_config.max_body_bytes.min(memory_limit / 4),
-    }
-    http_config.fetch_max_bytes = broker_config.fetch_max_bytes;
-    if let Some(v) = args.request_timeout_ms.or(file.request_timeout_ms) {
-        if v == 0 {
-            bail!("request_timeout_ms must be at least 1");
-        }
-        server_config.request_timeout = Duration::from_millis(v);
-    }
-    if let Some(v) = args
-        .connections_max_idle_ms
-        .or(file.connections_max_idle_ms)
-    {
-        if v == 0 {
-            bail!("connections_max_idle_ms must be at least 1");
-        }
-        server_config.connections_max_idle = Duration::from_millis(v);
-    }
-    if let Some(v) = args.max_connections.or(file.max_connections) {
-        server_config.max_connections = v;
-    }
-    if let Some(v) = args.max_connections_per_ip.or(file.max_connections_per_ip) {
-        server_config.max_connections_per_ip = v;
-    }
-    for (name, v) in [
-        ("max_connections", server_config.max_connections),
-        (
-            "max_connections_per_ip",
-            server_config.max_connections_per_ip,
-        ),
-    ] {
-        if v == 0 {
-            bail!("{name} must be at least 1");
-        }
-    }
+    // Flags already won over the environment inside clap.
+    let Resolved {
+        data_dir,
+        kafka_addr,
+        advertised_host,
+        http,
+        http_config,
+        auth,
+        mut broker_config,
+        server_config,
+    } = args.settings.or(file).resolve()?;
     raise_open_files_limit(server_config.max_connections, http_config.max_connections);
-    let advertised_host = args.advertised_host.or(file.advertised_host);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -521,8 +104,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "opened data directory"
         );
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let http = match (&http_addr, &http_addrs) {
-            (Some(addr), Some(addrs)) => {
+        let http = match &http {
+            Some(HttpListen { addr, addrs }) => {
                 let listener = tokio::net::TcpListener::bind(&addrs[..])
                     .await
                     .with_context(|| format!("binding the HTTP listener to {addr}"))?;
@@ -534,7 +117,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 let state = AppState::new(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone());
                 Some(tokio::spawn(sluice_http::serve(listener, state)))
             }
-            _ => None,
+            None => None,
         };
         // After the HTTP line: whoever waits for this line has both addresses.
         tracing::info!("kafka listening on {bound}");
@@ -677,5 +260,30 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Args;
+
+    /// The `--config` help lists the TOML keys by hand; it must name exactly the keys the file
+    /// accepts, in the order they are declared.
+    #[test]
+    fn config_help_lists_every_toml_key() {
+        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+        let config = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "config")
+            .expect("--config");
+        let help = config.get_help().expect("help text").to_string();
+        let list = help
+            .split_once("(keys: ")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .expect("a (keys: ...) list")
+            .0;
+        let listed: Vec<&str> = list.split(',').map(str::trim).collect();
+        assert_eq!(listed, Settings::KEYS);
     }
 }

@@ -1,0 +1,620 @@
+//! The settings of `sluice serve`, each defined once.
+//!
+//! [`Settings`] is one struct of `Option` fields that three sources fill: clap (the flag and its
+//! `SLUICE_*` environment variable, both named in the field's `#[arg]`), and the TOML file (the
+//! key is the field name). `flags.or(file)` merges them field by field; clap has already put
+//! flags over the environment. [`Settings::resolve`] then turns the merged settings into the
+//! broker's, the Kafka server's and the HTTP API's configs, checking each value on the way,
+//! so `serve::run` only wires the parts together.
+//!
+//! Adding a setting means adding one field to the `settings!` invocation below (with its help
+//! text and `[default: ...]` note), one line in [`Settings::resolve`] or the part it belongs
+//! to, and its key in the `--config` help in `serve.rs` (a unit test checks that list).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sluice_broker::BrokerConfig;
+use sluice_http::HttpConfig;
+use sluice_http::auth::{ApiKeyConfig, Auth};
+use sluice_log::FlushPolicy;
+use sluice_server::ServerConfig;
+
+use crate::bytesize::ByteSize;
+
+/// Declares [`Settings`]: every field becomes `Option<T>` (unset in every source means the
+/// built-in default), the list of TOML keys ([`Settings::KEYS`]) and the field-wise merge
+/// ([`Settings::or`]) are generated from the same field list, so none can fall out of step.
+macro_rules! settings {
+    (
+        $(#[$struct_meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* $field:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$struct_meta])*
+        #[derive(Debug, Default, clap::Args, serde::Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field: Option<$ty>, )*
+        }
+
+        impl $name {
+            /// Every key the TOML file accepts.
+            #[cfg_attr(not(test), allow(dead_code))]
+            pub const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// Field by field, `self`'s value where it has one, else `other`'s.
+            pub fn or(self, other: Self) -> Self {
+                Self { $( $field: self.$field.or(other.$field), )* }
+            }
+        }
+    };
+}
+
+settings! {
+    /// The settings of `sluice serve`, from flags, `SLUICE_*` variables or the TOML file.
+    pub struct Settings {
+        /// Where data is stored [default: ./sluice-data]
+        #[arg(long, env = "SLUICE_DATA_DIR")]
+        data_dir: PathBuf,
+        /// Kafka listener address [default: 127.0.0.1:9092]
+        #[arg(long, env = "SLUICE_KAFKA_ADDR")]
+        kafka_addr: String,
+        /// HTTP API listener address; "off" disables the HTTP API [default: 127.0.0.1:8080]
+        #[arg(long, env = "SLUICE_HTTP_ADDR")]
+        http_addr: String,
+        /// Serve the HTTP API without API keys on a non-loopback address [default: false]
+        #[arg(long, env = "SLUICE_HTTP_ALLOW_ANONYMOUS")]
+        http_allow_anonymous: bool,
+        /// Largest HTTP request body; larger gets 413 [default: 67108864 = 64 MiB, or a quarter
+        /// of --memory-limit if that is less]
+        #[arg(long, env = "SLUICE_HTTP_MAX_BODY_BYTES")]
+        http_max_body_bytes: usize,
+        /// Most records one HTTP produce request may carry; more gets 413 [default: 100000]
+        #[arg(long, env = "SLUICE_HTTP_MAX_RECORDS_PER_REQUEST")]
+        http_max_records_per_request: usize,
+        /// HTTP requests served at once, long polls included; more gets 429 [default: 1024]
+        #[arg(long, env = "SLUICE_HTTP_MAX_CONCURRENT_REQUESTS")]
+        http_max_concurrent_requests: usize,
+        /// An HTTP request's whole header must arrive within this; a slower connection is closed
+        /// [default: 10000]
+        #[arg(long, env = "SLUICE_HTTP_HEADER_READ_TIMEOUT_MS")]
+        http_header_read_timeout_ms: u64,
+        /// An HTTP request's whole body must arrive within this, from its first read; slower gets
+        /// 408 [default: 30000]
+        #[arg(long, env = "SLUICE_HTTP_BODY_READ_TIMEOUT_MS")]
+        http_body_read_timeout_ms: u64,
+        /// Close a kept-alive HTTP connection with no request in flight for this long
+        /// [default: 60000]
+        #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT_MS")]
+        http_idle_timeout_ms: u64,
+        /// HTTP connections open at once; more are closed when accepted [default: 4096]
+        #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
+        http_max_connections: usize,
+        // File only: keys are secrets' digests and are reloaded from the file while running.
+        #[arg(skip)]
+        http_api_keys: Vec<ApiKeyConfig>,
+        /// Host name clients are told to connect to [default: the listener's IP]
+        #[arg(long, env = "SLUICE_ADVERTISED_HOST")]
+        advertised_host: String,
+        /// Create topics on first use by a client's Metadata request [default: true]
+        #[arg(long, env = "SLUICE_AUTO_CREATE_TOPICS")]
+        auto_create_topics: bool,
+        /// Partitions of auto-created topics [default: 1]
+        #[arg(long, env = "SLUICE_DEFAULT_PARTITIONS")]
+        default_partitions: i32,
+        /// Delete data older than this; -1 keeps it forever [default: 604800000 = 7 days]
+        #[arg(long, env = "SLUICE_RETENTION_MS")]
+        retention_ms: i64,
+        /// Delete the oldest data while a partition holds more than this; -1 for no limit [default: -1]
+        #[arg(long, env = "SLUICE_RETENTION_BYTES")]
+        retention_bytes: i64,
+        /// Segment file size [default: 1073741824 = 1 GiB]
+        #[arg(long, env = "SLUICE_SEGMENT_BYTES")]
+        segment_bytes: u64,
+        /// Roll segments older than this [default: 604800000 = 7 days]
+        #[arg(long, env = "SLUICE_SEGMENT_MS")]
+        segment_ms: i64,
+        /// 0 = fsync before every acknowledgement with group commit; N = fsync every N ms instead
+        /// (acknowledgements wait for it) [default: 0]
+        #[arg(long, env = "SLUICE_FLUSH_INTERVAL_MS")]
+        flush_interval_ms: u64,
+        /// Threads that run fdatasyncs for the partitions (each syncs one partition at a time)
+        /// [default: 2]
+        #[arg(long, env = "SLUICE_SYNC_THREADS")]
+        sync_threads: usize,
+        /// Largest request accepted, in bytes or with a unit (Kafka's socket.request.max.bytes)
+        /// [default: 104857600 = 100 MiB, or a quarter of --memory-limit if that is less]
+        #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES")]
+        max_request_bytes: ByteSize,
+        /// What the broker may hold for clients in all: requests from their first byte, fetch
+        /// responses until written, HTTP bodies and reads. When it is used up, connections stop
+        /// reading and fetches return less. A size such as 256MiB or 1GiB [default: 512MiB]
+        #[arg(long, env = "SLUICE_MEMORY_LIMIT")]
+        memory_limit: ByteSize,
+        /// Most bytes one Fetch response carries; a client's max_bytes of 0 or less means this
+        /// (Kafka's fetch.max.bytes) [default: 52428800 = 50 MiB, or a quarter of --memory-limit
+        /// if that is less]
+        #[arg(long, env = "SLUICE_FETCH_MAX_BYTES")]
+        fetch_max_bytes: ByteSize,
+        /// A Kafka request must arrive whole within this once its first byte has, and a client must
+        /// read its responses within it; otherwise the connection is closed [default: 30000]
+        #[arg(long, env = "SLUICE_REQUEST_TIMEOUT_MS")]
+        request_timeout_ms: u64,
+        /// Close Kafka connections with nothing in flight for this long (Kafka's
+        /// connections.max.idle.ms) [default: 600000 = 10 minutes]
+        #[arg(long, env = "SLUICE_CONNECTIONS_MAX_IDLE_MS")]
+        connections_max_idle_ms: u64,
+        /// Kafka connections open at once; more are closed as they arrive (Kafka's
+        /// max.connections) [default: 4096]
+        #[arg(long, env = "SLUICE_MAX_CONNECTIONS")]
+        max_connections: usize,
+        /// Kafka connections open at once from one IP address (Kafka's max.connections.per.ip)
+        /// [default: 1024]
+        #[arg(long, env = "SLUICE_MAX_CONNECTIONS_PER_IP")]
+        max_connections_per_ip: usize,
+        /// Largest record batch a topic accepts unless its max.message.bytes says otherwise
+        /// [default: 1048588]
+        #[arg(long, env = "SLUICE_MAX_MESSAGE_BYTES")]
+        max_message_bytes: i64,
+        /// How long the first rebalance of an empty classic group waits for more members to join
+        /// (Kafka's group.initial.rebalance.delay.ms) [default: 3000]
+        #[arg(long, env = "SLUICE_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+        group_initial_rebalance_delay_ms: i64,
+        /// KIP-848 consumer groups: a member that sends no heartbeat for this long is removed
+        /// (group.consumer.session.timeout.ms) [default: 45000]
+        #[arg(long, env = "SLUICE_GROUP_CONSUMER_SESSION_TIMEOUT_MS")]
+        group_consumer_session_timeout_ms: i32,
+        /// KIP-848 consumer groups: how often members heartbeat
+        /// (group.consumer.heartbeat.interval.ms) [default: 5000]
+        #[arg(long, env = "SLUICE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
+        group_consumer_heartbeat_interval_ms: i32,
+        /// Most consumer groups the broker keeps [default: 10000]
+        #[arg(long, env = "SLUICE_GROUPS_MAX")]
+        groups_max: usize,
+    }
+}
+
+/// Reads the TOML config file; unknown keys are refused.
+pub fn read_config_file(path: &Path) -> anyhow::Result<Settings> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    parse_config(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+fn parse_config(text: &str) -> anyhow::Result<Settings> {
+    Ok(toml::from_str(text)?)
+}
+
+/// Where the HTTP API listens, resolved once so the open-API check and the bind see the same
+/// addresses.
+pub struct HttpListen {
+    /// As given, for messages.
+    pub addr: String,
+    pub addrs: Vec<SocketAddr>,
+}
+
+/// Everything `serve` needs to start, every value checked.
+pub struct Resolved {
+    pub data_dir: PathBuf,
+    pub kafka_addr: String,
+    /// The listener's IP when unset.
+    pub advertised_host: Option<String>,
+    /// `None`: the HTTP API is off.
+    pub http: Option<HttpListen>,
+    pub http_config: HttpConfig,
+    pub auth: Arc<Auth>,
+    /// `advertised_host` and `advertised_port` are filled in once the Kafka listener is bound.
+    pub broker_config: BrokerConfig,
+    pub server_config: ServerConfig,
+}
+
+/// Refuses a count of 0 (no connection, request or group could ever be served).
+fn at_least_one(name: &str, v: usize) -> anyhow::Result<()> {
+    if v == 0 {
+        bail!("{name} must be at least 1");
+    }
+    Ok(())
+}
+
+impl Settings {
+    /// Fills in defaults and checks every value; the checks run in a fixed order, so a
+    /// configuration with several mistakes always reports the same one first.
+    pub fn resolve(self) -> anyhow::Result<Resolved> {
+        let mut http_config = self.http_config()?;
+        let auth = Arc::new(
+            Auth::new(self.http_api_keys.clone().unwrap_or_default())
+                .map_err(anyhow::Error::msg)
+                .context("invalid http_api_keys in the config file")?,
+        );
+        let http = self.http_listen(&auth)?;
+        let data_dir = self
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| "sluice-data".into());
+        let kafka_addr = self
+            .kafka_addr
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1:9092".to_owned());
+        let mut broker_config = self.broker_config(&data_dir)?;
+        let mut server_config = ServerConfig::default();
+        self.apply_memory_limit(&mut broker_config, &mut server_config, &mut http_config)?;
+        self.apply_kafka_connections(&mut server_config)?;
+        Ok(Resolved {
+            data_dir,
+            kafka_addr,
+            advertised_host: self.advertised_host,
+            http,
+            http_config,
+            auth,
+            broker_config,
+            server_config,
+        })
+    }
+
+    /// The HTTP API's limits and timeouts, all but the body size cap, which
+    /// [`Settings::apply_memory_limit`] settles.
+    fn http_config(&self) -> anyhow::Result<HttpConfig> {
+        let mut c = HttpConfig::default();
+        if let Some(v) = self.http_max_body_bytes {
+            c.max_body_bytes = v;
+        }
+        if let Some(v) = self.http_max_records_per_request {
+            c.max_records_per_request = v;
+        }
+        if let Some(v) = self.http_max_concurrent_requests {
+            c.max_concurrent_requests = v;
+        }
+        if let Some(v) = self.http_header_read_timeout_ms {
+            c.header_read_timeout_ms = v;
+        }
+        if let Some(v) = self.http_body_read_timeout_ms {
+            c.body_read_timeout_ms = v;
+        }
+        if let Some(v) = self.http_idle_timeout_ms {
+            c.idle_timeout_ms = v;
+        }
+        if let Some(v) = self.http_max_connections {
+            c.max_connections = v;
+        }
+        at_least_one("http_max_body_bytes", c.max_body_bytes)?;
+        at_least_one("http_max_records_per_request", c.max_records_per_request)?;
+        at_least_one("http_max_concurrent_requests", c.max_concurrent_requests)?;
+        at_least_one("http_max_connections", c.max_connections)?;
+        // A zero timeout would close every connection (or answer every body 408) at once.
+        for (name, v) in [
+            ("http_header_read_timeout_ms", c.header_read_timeout_ms),
+            ("http_body_read_timeout_ms", c.body_read_timeout_ms),
+            ("http_idle_timeout_ms", c.idle_timeout_ms),
+        ] {
+            if v == 0 {
+                bail!("{name} must be at least 1 (a timeout of 0 would cut off every request)");
+            }
+        }
+        Ok(c)
+    }
+
+    /// Resolves the HTTP address. An open HTTP API on a non-loopback address is refused here,
+    /// before anything binds, so it is never reachable, not even briefly.
+    fn http_listen(&self, auth: &Auth) -> anyhow::Result<Option<HttpListen>> {
+        let addr = self
+            .http_addr
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+        if addr.eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+            .with_context(|| format!("resolving the HTTP address {addr}"))?
+            .collect();
+        let allow_anonymous = self.http_allow_anonymous.unwrap_or(false);
+        if !auth.enabled() && !allow_anonymous {
+            if let Some(open) = addrs.iter().find(|a| !a.ip().is_loopback()) {
+                bail!(
+                    "the HTTP API would listen on {open} without API keys: configure http_api_keys in the config file (see `sluice api-key new`), bind it to a loopback address, or pass --http-allow-anonymous"
+                );
+            }
+        }
+        Ok(Some(HttpListen { addr, addrs }))
+    }
+
+    /// Topics, the log, groups and syncing; the memory-derived fetch cap and budget are set by
+    /// [`Settings::apply_memory_limit`].
+    fn broker_config(&self, data_dir: &Path) -> anyhow::Result<BrokerConfig> {
+        let mut c = BrokerConfig::new(data_dir);
+        if let Some(v) = self.auto_create_topics {
+            c.auto_create_topics = v;
+        }
+        if let Some(v) = self.default_partitions {
+            if !(1..=c.partitions_per_topic_max).contains(&v) {
+                bail!(
+                    "default_partitions must be between 1 and {}, got {v}",
+                    c.partitions_per_topic_max
+                );
+            }
+            c.default_partitions = v;
+        }
+        if let Some(v) = self.retention_ms {
+            c.log.retention_ms = (v >= 0).then_some(v);
+        }
+        if let Some(v) = self.retention_bytes {
+            c.log.retention_bytes = (v >= 0).then_some(v as u64);
+        }
+        if let Some(v) = self.segment_bytes {
+            c.log.segment_bytes = v;
+        }
+        if let Some(v) = self.segment_ms {
+            c.log.segment_ms = Some(v);
+        }
+        c.log.validate().context("invalid log settings")?;
+        self.apply_groups(&mut c.groups)?;
+        if let Some(v) = self.sync_threads {
+            if !(1..=64).contains(&v) {
+                bail!("sync_threads must be between 1 and 64, got {v}");
+            }
+            c.sync_threads = v;
+        }
+        match self.flush_interval_ms {
+            None | Some(0) => {}
+            Some(ms) => c.flush = FlushPolicy::IntervalMs(ms),
+        }
+        if let Some(v) = self.max_message_bytes {
+            c.max_message_bytes = v;
+        }
+        Ok(c)
+    }
+
+    fn apply_groups(&self, groups: &mut sluice_broker::groups::GroupConfig) -> anyhow::Result<()> {
+        if let Some(v) = self.group_initial_rebalance_delay_ms {
+            if v < 0 {
+                bail!("group_initial_rebalance_delay_ms must be 0 or more, got {v}");
+            }
+            groups.classic.initial_rebalance_delay_ms = v;
+        }
+        if let Some(v) = self.group_consumer_heartbeat_interval_ms {
+            groups.consumer.heartbeat_interval_ms = v;
+        }
+        if let Some(v) = self.group_consumer_session_timeout_ms {
+            groups.consumer.session_timeout_ms = v;
+        }
+        // Checked on the merged values: either one may come from a default.
+        let consumer = &groups.consumer;
+        if consumer.heartbeat_interval_ms < 1
+            || consumer.heartbeat_interval_ms >= consumer.session_timeout_ms
+        {
+            bail!(
+                "group_consumer_heartbeat_interval_ms ({}) must be at least 1 and less than group_consumer_session_timeout_ms ({})",
+                consumer.heartbeat_interval_ms,
+                consumer.session_timeout_ms
+            );
+        }
+        if let Some(v) = self.groups_max {
+            at_least_one("groups_max", v)?;
+            groups.groups_max = v;
+        }
+        Ok(())
+    }
+
+    /// Sets the memory budget and the three sizes that draw on it: the largest Kafka request,
+    /// the largest Fetch response (shared by HTTP reads) and the largest HTTP body.
+    fn apply_memory_limit(
+        &self,
+        broker: &mut BrokerConfig,
+        server: &mut ServerConfig,
+        http: &mut HttpConfig,
+    ) -> anyhow::Result<()> {
+        let memory_limit = self.memory_limit.map_or(
+            sluice_broker::memory::MEMORY_LIMIT_DEFAULT as u64,
+            ByteSize::bytes,
+        );
+        let memory_limit = usize::try_from(memory_limit).unwrap_or(usize::MAX);
+        let to_usize = |v: ByteSize| usize::try_from(v.bytes()).unwrap_or(usize::MAX);
+        // One request, and one fetch response, must fit in the budget with room to spare for
+        // the others; unset, both limits shrink with a small budget instead of refusing to start.
+        let half_budget = memory_limit / 2;
+        server.max_request_bytes = match self.max_request_bytes.map(to_usize) {
+            Some(v) if v > half_budget => bail!(
+                "max_request_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower max_request_bytes",
+                ByteSize(memory_limit as u64)
+            ),
+            Some(v) => v,
+            None => server.max_request_bytes.min(memory_limit / 4),
+        };
+        broker.fetch_max_bytes = match self.fetch_max_bytes.map(to_usize) {
+            Some(0) => bail!("fetch_max_bytes must be at least 1"),
+            Some(v) if v > half_budget => bail!(
+                "fetch_max_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower fetch_max_bytes",
+                ByteSize(memory_limit as u64)
+            ),
+            Some(v) => v,
+            None => broker.fetch_max_bytes.min(memory_limit / 4),
+        };
+        if server.max_request_bytes < 1024 || broker.fetch_max_bytes < 1024 {
+            bail!(
+                "memory_limit ({}) is too small to serve requests: give it at least 4KiB, and 64MiB or more in practice",
+                ByteSize(memory_limit as u64)
+            );
+        }
+        broker.memory_limit = memory_limit;
+        // The HTTP API draws on the same budget: its bodies follow the same rule, and its reads
+        // share the Kafka fetch cap.
+        match self.http_max_body_bytes {
+            Some(v) if v > half_budget => bail!(
+                "http_max_body_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower http_max_body_bytes",
+                ByteSize(memory_limit as u64)
+            ),
+            Some(_) => {}
+            None => http.max_body_bytes = http.max_body_bytes.min(memory_limit / 4),
+        }
+        http.fetch_max_bytes = broker.fetch_max_bytes;
+        Ok(())
+    }
+
+    /// Kafka connection timeouts and counts.
+    fn apply_kafka_connections(&self, server: &mut ServerConfig) -> anyhow::Result<()> {
+        if let Some(v) = self.request_timeout_ms {
+            if v == 0 {
+                bail!("request_timeout_ms must be at least 1");
+            }
+            server.request_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = self.connections_max_idle_ms {
+            if v == 0 {
+                bail!("connections_max_idle_ms must be at least 1");
+            }
+            server.connections_max_idle = Duration::from_millis(v);
+        }
+        if let Some(v) = self.max_connections {
+            server.max_connections = v;
+        }
+        if let Some(v) = self.max_connections_per_ip {
+            server.max_connections_per_ip = v;
+        }
+        at_least_one("max_connections", server.max_connections)?;
+        at_least_one("max_connections_per_ip", server.max_connections_per_ip)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, FromArgMatches};
+
+    /// Parses `args` as flags of a command that has only [`Settings`]; the environment is what
+    /// the test process has, so tests use variables nobody else sets.
+    fn from_flags(args: &[&str]) -> Settings {
+        let cmd = Settings::augment_args(clap::Command::new("serve"));
+        let matches = cmd
+            .try_get_matches_from(std::iter::once("serve").chain(args.iter().copied()))
+            .unwrap();
+        Settings::from_arg_matches(&matches).unwrap()
+    }
+
+    #[test]
+    fn flags_override_the_file_and_file_only_values_are_used() {
+        let file = parse_config(
+            "kafka_addr = \"127.0.0.1:1\"\nsegment_bytes = 4096\nmemory_limit = \"1GiB\"\n",
+        )
+        .unwrap();
+        let merged = from_flags(&["--kafka-addr", "127.0.0.1:2"]).or(file);
+        assert_eq!(merged.kafka_addr.as_deref(), Some("127.0.0.1:2"));
+        assert_eq!(merged.segment_bytes, Some(4096));
+        assert_eq!(merged.memory_limit, Some(ByteSize(1 << 30)));
+        assert_eq!(merged.retention_ms, None);
+    }
+
+    #[test]
+    fn environment_overrides_the_file_and_flags_override_the_environment() {
+        // No other test parses groups_max from flags or the environment, so this cannot change
+        // their outcome.
+        // SAFETY: the other threads of this test binary touch the environment only through
+        // std's synchronized `env` functions (clap's `env = ...`); nothing calls libc getenv.
+        unsafe { std::env::set_var("SLUICE_GROUPS_MAX", "7") };
+        let file = || parse_config("groups_max = 3\nsync_threads = 5\n").unwrap();
+        let from_env = from_flags(&[]).or(file());
+        let from_flag = from_flags(&["--groups-max", "9"]).or(file());
+        // SAFETY: as above.
+        unsafe { std::env::remove_var("SLUICE_GROUPS_MAX") };
+        assert_eq!(from_env.groups_max, Some(7));
+        assert_eq!(from_env.sync_threads, Some(5));
+        assert_eq!(from_flag.groups_max, Some(9));
+    }
+
+    #[test]
+    fn unknown_toml_keys_are_refused_by_name() {
+        let err = parse_config("kafka_addr = \"127.0.0.1:1\"\nkafka_adr = \"x\"\n").unwrap_err();
+        assert!(format!("{err:#}").contains("kafka_adr"), "{err:#}");
+        // Flag-only: the config file cannot name another config file.
+        let err = parse_config("config = \"other.toml\"\n").unwrap_err();
+        assert!(format!("{err:#}").contains("config"), "{err:#}");
+    }
+
+    #[test]
+    fn sizes_take_units_from_the_file_and_flags() {
+        let file = parse_config("fetch_max_bytes = \"8MiB\"\nmax_request_bytes = 4096\n").unwrap();
+        assert_eq!(file.fetch_max_bytes, Some(ByteSize(8 << 20)));
+        assert_eq!(file.max_request_bytes, Some(ByteSize(4096)));
+        let flags = from_flags(&["--memory-limit", "256MiB"]);
+        assert_eq!(flags.memory_limit, Some(ByteSize(256 << 20)));
+    }
+
+    #[test]
+    fn api_keys_come_from_the_file_only() {
+        let cmd = Settings::augment_args(clap::Command::new("serve"));
+        assert!(cmd.get_arguments().all(|a| a.get_id() != "http_api_keys"));
+        assert!(Settings::KEYS.contains(&"http_api_keys"));
+    }
+
+    #[test]
+    fn defaults_resolve_and_checks_name_the_setting() {
+        let settings = || Settings {
+            http_addr: Some("off".to_owned()),
+            ..Settings::default()
+        };
+        let resolved = settings().resolve().unwrap();
+        assert!(resolved.http.is_none());
+        assert_eq!(resolved.kafka_addr, "127.0.0.1:9092");
+        for (bad, message) in [
+            (
+                Settings {
+                    groups_max: Some(0),
+                    ..settings()
+                },
+                "groups_max must be at least 1",
+            ),
+            (
+                Settings {
+                    group_consumer_heartbeat_interval_ms: Some(45_000),
+                    ..settings()
+                },
+                "less than group_consumer_session_timeout_ms",
+            ),
+            (
+                Settings {
+                    memory_limit: Some(ByteSize(64 << 20)),
+                    fetch_max_bytes: Some(ByteSize(40 << 20)),
+                    ..settings()
+                },
+                "fetch_max_bytes (41943040) must be at most half of memory_limit (64MiB)",
+            ),
+            (
+                Settings {
+                    http_idle_timeout_ms: Some(0),
+                    ..settings()
+                },
+                "http_idle_timeout_ms must be at least 1",
+            ),
+            (
+                Settings {
+                    request_timeout_ms: Some(0),
+                    ..settings()
+                },
+                "request_timeout_ms must be at least 1",
+            ),
+        ] {
+            let err = bad.resolve().err().expect(message);
+            assert!(format!("{err:#}").contains(message), "{err:#}");
+        }
+    }
+
+    #[test]
+    fn open_http_on_a_public_address_is_refused() {
+        let settings = Settings {
+            http_addr: Some("0.0.0.0:0".to_owned()),
+            ..Settings::default()
+        };
+        let err = settings.resolve().err().expect("refused");
+        assert!(format!("{err:#}").contains("without API keys"), "{err:#}");
+        let allowed = Settings {
+            http_addr: Some("0.0.0.0:0".to_owned()),
+            http_allow_anonymous: Some(true),
+            ..Settings::default()
+        };
+        assert!(allowed.resolve().is_ok());
+    }
+}
