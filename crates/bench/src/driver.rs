@@ -691,7 +691,7 @@ impl ProducerJob {
                         scheduled += 1;
                         topic_turn += 1;
                         sent_here += 1;
-                        if sent_here % 512 == 0 {
+                        if sent_here.is_multiple_of(512) {
                             self.producer.poll(Duration::ZERO);
                         }
                     }

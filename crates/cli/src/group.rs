@@ -528,10 +528,10 @@ async fn committed_offsets(groups: &mut Groups, group: &str) -> anyhow::Result<B
         response.error_code
     };
     // A group that does not exist has no offsets: not an error here.
-    if group_code != ResponseError::GroupIdNotFound.code() {
-        if let Some(e) = group_error(group_code, None) {
-            bail!("cannot read the committed offsets of group '{group}': {e}");
-        }
+    if group_code != ResponseError::GroupIdNotFound.code()
+        && let Some(e) = group_error(group_code, None)
+    {
+        bail!("cannot read the committed offsets of group '{group}': {e}");
     }
     if let Some(first) = errors.first() {
         bail!(

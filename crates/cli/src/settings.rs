@@ -312,12 +312,13 @@ impl Settings {
             .with_context(|| format!("resolving the HTTP address {addr}"))?
             .collect();
         let allow_anonymous = self.http_allow_anonymous.unwrap_or(false);
-        if !auth.enabled() && !allow_anonymous {
-            if let Some(open) = addrs.iter().find(|a| !a.ip().is_loopback()) {
-                bail!(
-                    "the HTTP API would listen on {open} without API keys: configure http_api_keys in the config file (see `sluice api-key new`), bind it to a loopback address, or pass --http-allow-anonymous"
-                );
-            }
+        if !auth.enabled()
+            && !allow_anonymous
+            && let Some(open) = addrs.iter().find(|a| !a.ip().is_loopback())
+        {
+            bail!(
+                "the HTTP API would listen on {open} without API keys: configure http_api_keys in the config file (see `sluice api-key new`), bind it to a loopback address, or pass --http-allow-anonymous"
+            );
         }
         Ok(Some(HttpListen { addr, addrs }))
     }

@@ -384,9 +384,9 @@ impl CaseResult {
 }
 
 fn human_bytes(n: usize) -> String {
-    if n >= 1024 * 1024 && n % (1024 * 1024) == 0 {
+    if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
         format!("{} MiB", n / (1024 * 1024))
-    } else if n >= 1024 && n % 1024 == 0 {
+    } else if n >= 1024 && n.is_multiple_of(1024) {
         format!("{} KiB", n / 1024)
     } else {
         format!("{n} B")

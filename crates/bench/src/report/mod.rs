@@ -145,14 +145,14 @@ pub fn read_campaign(dir: &Path) -> Result<Campaign, ReportError> {
         }
         Err(source) => return Err(ReportError::Read { path, source }),
     };
-    if let Ok(probe) = serde_json::from_str::<FormatProbe>(&text) {
-        if probe.format > FORMAT_VERSION {
-            return Err(ReportError::FormatTooNew {
-                path,
-                found: probe.format,
-                supported: FORMAT_VERSION,
-            });
-        }
+    if let Ok(probe) = serde_json::from_str::<FormatProbe>(&text)
+        && probe.format > FORMAT_VERSION
+    {
+        return Err(ReportError::FormatTooNew {
+            path,
+            found: probe.format,
+            supported: FORMAT_VERSION,
+        });
     }
     serde_json::from_str(&text).map_err(|source| ReportError::Parse { path, source })
 }

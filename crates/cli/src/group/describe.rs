@@ -304,10 +304,10 @@ pub(super) async fn run(args: DescribeArgs) -> anyhow::Result<()> {
     }
     let log_end = list_offsets(&mut groups.cluster, &leaders, &wanted, LATEST).await?;
     for (tp, r) in &log_end {
-        if let Err(e) = r {
-            if leaders.contains_key(tp) {
-                notes.push(format!("log end of {}/{}: {e}", tp.0, tp.1));
-            }
+        if let Err(e) = r
+            && leaders.contains_key(tp)
+        {
+            notes.push(format!("log end of {}/{}: {e}", tp.0, tp.1));
         }
     }
     let rows = offset_rows(&d.members, &committed, &log_end);

@@ -288,21 +288,21 @@ struct PlanRow {
 pub(super) async fn run(args: ResetArgs) -> anyhow::Result<()> {
     let group = args.group.as_str();
     let mut groups = Groups::connect(&args.bootstrap).await?;
-    if let Some(d) = describe_group(&mut groups, group).await? {
-        if !d.inactive() {
-            let why = format!(
-                "group '{group}' is active (state {}, {})",
-                d.state,
-                plural(d.members.len() as u64, "member")
-            );
-            if args.execute {
-                bail!(
-                    "cannot reset the offsets now: {why}; stop its consumers, wait until \
+    if let Some(d) = describe_group(&mut groups, group).await?
+        && !d.inactive()
+    {
+        let why = format!(
+            "group '{group}' is active (state {}, {})",
+            d.state,
+            plural(d.members.len() as u64, "member")
+        );
+        if args.execute {
+            bail!(
+                "cannot reset the offsets now: {why}; stop its consumers, wait until \
                      `sluice group describe {group}` shows state Empty, then run this again"
-                );
-            }
-            eprintln!("note: {why}; --execute will be refused until its consumers stop");
+            );
         }
+        eprintln!("note: {why}; --execute will be refused until its consumers stop");
     }
     let committed = committed_offsets(&mut groups, group).await?;
     let selection = select(&args, &committed)?;

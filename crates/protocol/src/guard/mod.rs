@@ -574,11 +574,11 @@ impl<V: Visit> Walker<'_, '_, V> {
         // Runs of fixed-size fields are skipped at once (one bounds check, no dispatch each).
         let mut fixed = 0;
         for field in present_fields(s, version, flexible) {
-            if let Ty::One(Elem::Prim(p)) = field.ty {
-                if let Some(n) = p.fixed_size() {
-                    fixed += n;
-                    continue;
-                }
+            if let Ty::One(Elem::Prim(p)) = field.ty
+                && let Some(n) = p.fixed_size()
+            {
+                fixed += n;
+                continue;
             }
             self.skip(fixed)?;
             fixed = 0;

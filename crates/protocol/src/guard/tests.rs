@@ -341,12 +341,12 @@ fn apply(frame: &mut Vec<u8>, api: ApiKey, version: i16, m: &Mutation) {
         }
         Mutation::Truncate(i) => frame.truncate(at(i)),
         Mutation::Length(i, delta) => {
-            if let Ok(fields) = length_fields(frame, api, version) {
-                if !fields.is_empty() {
-                    let field = &fields[i.index(fields.len())];
-                    let left = (frame.len() - field.offset - field.width) as i64;
-                    *frame = sample::rewrite(frame, field, (left + delta).max(-2));
-                }
+            if let Ok(fields) = length_fields(frame, api, version)
+                && !fields.is_empty()
+            {
+                let field = &fields[i.index(fields.len())];
+                let left = (frame.len() - field.offset - field.width) as i64;
+                *frame = sample::rewrite(frame, field, (left + delta).max(-2));
             }
         }
     }

@@ -32,10 +32,10 @@ impl ClassicGroup {
         let own = effects[first_new..]
             .iter()
             .position(|e| matches!(e, Effect::Join { member_id: m, .. } if *m == member_id));
-        if let Some(pos) = own {
-            if let Effect::Join { result, .. } = effects.remove(first_new + pos) {
-                return Reply::Now(result);
-            }
+        if let Some(pos) = own
+            && let Effect::Join { result, .. } = effects.remove(first_new + pos)
+        {
+            return Reply::Now(result);
         }
         Reply::Later { member_id }
     }
@@ -141,12 +141,12 @@ impl ClassicGroup {
                 ResponseError::InconsistentGroupProtocol.code(),
             ));
         }
-        if req.group_instance_id.is_none() {
-            if let Some(p) = self.pending_index(&member_id) {
-                // The second join of the MEMBER_ID_REQUIRED handshake.
-                self.pending.remove(p);
-                return self.add_member_and_rebalance(now, member_id, req, effects);
-            }
+        if req.group_instance_id.is_none()
+            && let Some(p) = self.pending_index(&member_id)
+        {
+            // The second join of the MEMBER_ID_REQUIRED handshake.
+            self.pending.remove(p);
+            return self.add_member_and_rebalance(now, member_id, req, effects);
         }
         let i = match self.validate_member(&member_id, req.group_instance_id.as_deref()) {
             Ok(i) => i,
@@ -194,10 +194,10 @@ impl ClassicGroup {
         req: JoinRequest,
         effects: &mut Vec<Effect>,
     ) -> Reply<JoinResult> {
-        if self.state == ClassicState::PreparingRebalance {
-            if let Some(delay) = &mut self.initial_delay {
-                delay.new_member_added = true;
-            }
+        if self.state == ClassicState::PreparingRebalance
+            && let Some(delay) = &mut self.initial_delay
+        {
+            delay.new_member_added = true;
         }
         if self.members.is_empty() {
             self.protocol_type = Some(req.protocol_type.clone());
@@ -375,10 +375,10 @@ impl ClassicGroup {
         }
         let mut votes = vec![0usize; candidates.len()];
         for member in &self.members {
-            if let Some(choice) = member.vote(&candidates) {
-                if let Some(k) = candidates.iter().position(|c| *c == choice) {
-                    votes[k] += 1;
-                }
+            if let Some(choice) = member.vote(&candidates)
+                && let Some(k) = candidates.iter().position(|c| *c == choice)
+            {
+                votes[k] += 1;
             }
         }
         let mut best: Option<usize> = None;

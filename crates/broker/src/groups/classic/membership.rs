@@ -227,21 +227,22 @@ impl ClassicGroup {
         let Some(deadline) = self.join_deadline.filter(|&d| d <= now) else {
             return;
         };
-        if let Some(delay) = self.initial_delay {
-            if delay.new_member_added && delay.remaining_ms > 0 {
-                // Someone joined during this step: wait one more, within the budget.
-                let next_ms = self
-                    .config
-                    .initial_rebalance_delay_ms
-                    .min(delay.remaining_ms);
-                self.initial_delay = Some(InitialDelay {
-                    delay_ms: next_ms,
-                    remaining_ms: (delay.remaining_ms - delay.delay_ms).max(0),
-                    new_member_added: false,
-                });
-                self.join_deadline = Some(deadline.saturating_add(next_ms));
-                return;
-            }
+        if let Some(delay) = self.initial_delay
+            && delay.new_member_added
+            && delay.remaining_ms > 0
+        {
+            // Someone joined during this step: wait one more, within the budget.
+            let next_ms = self
+                .config
+                .initial_rebalance_delay_ms
+                .min(delay.remaining_ms);
+            self.initial_delay = Some(InitialDelay {
+                delay_ms: next_ms,
+                remaining_ms: (delay.remaining_ms - delay.delay_ms).max(0),
+                new_member_added: false,
+            });
+            self.join_deadline = Some(deadline.saturating_add(next_ms));
+            return;
         }
         self.complete_join(now, effects);
     }

@@ -87,12 +87,12 @@ impl ClassicGroup {
                     m.member_id
                 ));
             }
-            if let Some(instance) = &m.group_instance_id {
-                if !instance_ids.insert(instance.as_str()) {
-                    return Err(format!(
-                        "classic group {group_id}: repeated group instance id {instance:?}"
-                    ));
-                }
+            if let Some(instance) = &m.group_instance_id
+                && !instance_ids.insert(instance.as_str())
+            {
+                return Err(format!(
+                    "classic group {group_id}: repeated group instance id {instance:?}"
+                ));
             }
         }
         if !saved.members.is_empty() && saved.protocol_type.is_none() {

@@ -525,13 +525,13 @@ impl GroupStore {
         self.shared.wake.notify_all();
         // Held while joining, so a concurrent `close` also waits for the flush.
         let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(handle) = thread.take() {
-            if handle.join().is_err() {
-                tracing::error!(
-                    path = %self.shared.path.display(),
-                    "group store sync thread panicked"
-                );
-            }
+        if let Some(handle) = thread.take()
+            && handle.join().is_err()
+        {
+            tracing::error!(
+                path = %self.shared.path.display(),
+                "group store sync thread panicked"
+            );
         }
     }
 }
