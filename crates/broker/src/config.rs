@@ -42,7 +42,7 @@ pub struct BrokerConfig {
     /// bodies and reads (see [`crate::memory`]).
     pub memory_limit: usize,
     /// Consumer-group settings.
-    pub groups: crate::groups::GroupConfig,
+    pub groups: sluice_groups::GroupConfig,
 }
 
 impl BrokerConfig {
@@ -64,7 +64,7 @@ impl BrokerConfig {
             fetch_wait_max_ms: 30_000,
             fetch_max_bytes: FETCH_MAX_BYTES_DEFAULT,
             memory_limit: crate::memory::MEMORY_LIMIT_DEFAULT,
-            groups: crate::groups::GroupConfig::default(),
+            groups: sluice_groups::GroupConfig::default(),
         }
     }
 }

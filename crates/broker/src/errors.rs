@@ -4,7 +4,6 @@ use kafka_protocol::ResponseError;
 use sluice_log::{BatchError, LogError};
 use sluice_protocol::kafka_protocol;
 
-use crate::groups::StoreError;
 use crate::topics::TopicError;
 
 /// Kafka's "no error".
@@ -55,20 +54,6 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
         TopicError::Log(e) => log_error_code(e),
         TopicError::Io { .. } | TopicError::Corrupt { .. } => {
             ResponseError::KafkaStorageError.code()
-        }
-    }
-}
-
-/// The Kafka error code for a group-store write that failed (an OffsetCommit, a group's state).
-///
-/// What Kafka's group coordinator answers when its own log append fails with a storage error:
-/// NOT_COORDINATOR. Clients treat it as retriable: they look the coordinator up again and
-/// resend, which succeeds once space is freed (a full disk, [`StoreError::NoSpace`]) or once
-/// the broker has restarted (a failed store, [`StoreError::Failed`]).
-pub fn store_error_code(e: &StoreError) -> i16 {
-    match e {
-        StoreError::NoSpace(_) | StoreError::Failed(_) | StoreError::Io { .. } => {
-            ResponseError::NotCoordinator.code()
         }
     }
 }

@@ -16,7 +16,7 @@
 
 pub mod config;
 pub mod errors;
-pub mod groups;
+pub use sluice_groups as groups;
 mod handlers;
 pub mod log_limiter;
 pub mod memory;

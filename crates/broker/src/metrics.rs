@@ -858,7 +858,7 @@ mod tests {
 
     use super::*;
     use crate::BrokerConfig;
-    use crate::groups::CommittedOffset;
+    use sluice_groups::CommittedOffset;
 
     /// One parsed sample line: metric name, labels, value.
     type Sample = (String, BTreeMap<String, String>, f64);

@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::Broker;
-use crate::groups::assignor::{Assignment, TopicInfo};
-use crate::groups::consumer;
+use sluice_groups::assignor::{Assignment, TopicInfo};
+use sluice_groups::consumer;
 
 /// ConsumerGroupDescribe's `authorized_operations` when the client did not ask for them.
 const OPERATIONS_NOT_ASKED: i32 = i32::MIN;

@@ -21,7 +21,7 @@ use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::Broker;
-use crate::groups::classic;
+use sluice_groups::classic;
 
 /// FindCoordinator key types.
 const KEY_GROUP: i8 = 0;

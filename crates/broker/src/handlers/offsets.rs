@@ -21,7 +21,7 @@ use sluice_protocol::kafka_protocol::messages::{
 
 use super::{str_bytes, topic_name};
 use crate::Broker;
-use crate::groups::{CommittedOffset, OFFSET_METADATA_MAX_BYTES, TopicOffsets};
+use sluice_groups::{CommittedOffset, OFFSET_METADATA_MAX_BYTES, TopicOffsets};
 
 /// Whether `topic` has partition `partition`.
 fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {

@@ -10,7 +10,7 @@ use super::{
     ConsumerConfig, ConsumerGroup, ConsumerSnapshot, Member, MemberState, SubscribedTopic,
     compile_regex, partitions,
 };
-use crate::groups::assignor::Assignment;
+use crate::assignor::Assignment;
 
 /// Version of the snapshot layout ([`Durable`]).
 const SNAPSHOT_VERSION: u32 = 1;

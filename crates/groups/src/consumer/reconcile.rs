@@ -11,7 +11,7 @@ use super::{
     ConsumerGroup, Effect, Member, MemberState, SubscribedRegex, SubscribedTopic, compile_regex,
     partitions,
 };
-use crate::groups::assignor::{self, Assignment, MemberSpec, TopicInfo};
+use crate::assignor::{self, Assignment, MemberSpec, TopicInfo};
 
 impl ConsumerGroup {
     /// Moves `member_id` toward its target (see the module docs) and keeps its revocation

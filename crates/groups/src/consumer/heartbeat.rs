@@ -12,7 +12,7 @@ use super::{
     ConsumerGroup, Effect, HeartbeatRequest, HeartbeatResult, JOIN_EPOCH, LEAVE_EPOCH, Member,
     MemberState, REBALANCE_TIMEOUT_UNSET, TEMPORARY_LEAVE_EPOCH, compile_regex,
 };
-use crate::groups::assignor::{Assignment, AssignorKind, TopicInfo};
+use crate::assignor::{Assignment, AssignorKind, TopicInfo};
 
 /// A refused heartbeat: the Kafka error and its message.
 #[derive(Debug)]

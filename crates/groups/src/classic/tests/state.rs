@@ -2,7 +2,7 @@
 //! describe.
 
 use super::*;
-use crate::groups::classic::snapshot::SavedProtocol;
+use crate::classic::snapshot::SavedProtocol;
 
 #[test]
 fn offset_commit_validation() {

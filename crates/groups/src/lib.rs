@@ -1,7 +1,7 @@
 //! # Consumer groups: the group coordinator
 //!
-//! Sluice is the coordinator of every group (one broker). This module joins the pure group
-//! state machines to the rest of the broker:
+//! Sluice is the coordinator of every group (one broker). This crate joins the pure group
+//! state machines to storage and time; the broker turns Kafka requests into its calls:
 //!
 //! - [`classic`]: the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup);
 //! - [`consumer`] + [`assignor`]: the KIP-848 protocol (ConsumerGroupHeartbeat) with
@@ -21,6 +21,7 @@
 pub mod assignor;
 pub mod classic;
 pub mod consumer;
+pub mod errors;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
@@ -743,7 +744,7 @@ impl Coordinator {
             for (id, group) in removed {
                 inner.groups.entry(id).or_insert(group);
             }
-            let failed = crate::errors::store_error_code(&e);
+            let failed = errors::store_error_code(&e);
             for code in &mut codes {
                 if *code == 0 {
                     *code = failed;
@@ -811,7 +812,7 @@ impl Coordinator {
         };
         pending.await.map_err(|e| {
             self.undo_offsets(group_id, undo);
-            crate::errors::store_error_code(&e)
+            errors::store_error_code(&e)
         })
     }
 
@@ -938,7 +939,7 @@ impl Coordinator {
             && let Err(e) = self.store.write(records).await
         {
             self.undo_offsets(group_id, undo);
-            return Err(crate::errors::store_error_code(&e));
+            return Err(errors::store_error_code(&e));
         }
         Ok(results)
     }
