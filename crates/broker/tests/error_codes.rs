@@ -416,3 +416,367 @@ fn idempotent_state_survives_restart() {
         broker.shutdown();
     }
 }
+
+/// Asserts an answer's (error code, error message): the code exactly, the message by a part
+/// that tells the client what was wrong.
+fn assert_refused(what: &str, got: (i16, Option<&str>), want: ResponseError, says: &str) {
+    assert_eq!(got.0, want.code(), "{what}: code");
+    let message = got.1.unwrap_or_default();
+    assert!(message.contains(says), "{what}: message {message:?}");
+}
+
+#[test]
+fn every_refusal_keeps_its_code_and_message() {
+    let f = Fixture::new();
+    let produce = |acks: i16, topic: &str, partition: i32, data: Vec<u8>| {
+        let req = ProduceRequest::default()
+            .with_acks(acks)
+            .with_topic_data(vec![
+                produce_request::TopicProduceData::default()
+                    .with_name(name(topic))
+                    .with_partition_data(vec![
+                        produce_request::PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(Bytes::from(data))),
+                    ]),
+            ]);
+        match f.call(ApiKey::Produce, 9, RequestKind::Produce(req)) {
+            Some(ResponseKind::Produce(r)) => {
+                let p = r.responses[0].partition_responses[0].clone();
+                (p.error_code, p.error_message.map(|m| m.to_string()))
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let ask = |what: &str, acks, topic, partition, data, want, says: &str| {
+        let (code, message) = produce(acks, topic, partition, data);
+        assert_refused(what, (code, message.as_deref()), want, says);
+    };
+    use ResponseError as E;
+    ask(
+        "acks",
+        5,
+        "nope",
+        0,
+        records(1, 10),
+        E::InvalidRequiredAcks,
+        "got 5",
+    );
+    ask(
+        "topic",
+        1,
+        "nope",
+        0,
+        records(1, 10),
+        E::UnknownTopicOrPartition,
+        "unknown topic 'nope'",
+    );
+    ask(
+        "partition",
+        -1,
+        "orders",
+        9,
+        records(1, 10),
+        E::UnknownTopicOrPartition,
+        "no partition 9",
+    );
+    ask(
+        "size",
+        -1,
+        "orders",
+        0,
+        records(2, 6000),
+        E::MessageTooLarge,
+        "max.message.bytes (10000)",
+    );
+    ask(
+        "crc",
+        -1,
+        "orders",
+        0,
+        {
+            let mut b = records(1, 10);
+            b[30] ^= 1;
+            b
+        },
+        E::CorruptMessage,
+        "CRC",
+    );
+    let mut txn = idempotent(77, 0, 0, 1);
+    txn[22] |= 0x10;
+    let crc = crc32c::crc32c(&txn[21..]);
+    txn[17..21].copy_from_slice(&crc.to_be_bytes());
+    ask(
+        "transactional",
+        -1,
+        "orders",
+        0,
+        txn,
+        E::InvalidRecord,
+        "transactional",
+    );
+    let mut mixed = idempotent(77, 0, 0, 1);
+    mixed.extend(idempotent(78, 0, 1, 1));
+    ask(
+        "mixed",
+        -1,
+        "orders",
+        0,
+        mixed,
+        E::InvalidRecord,
+        "same producer",
+    );
+    let mut gap = idempotent(77, 0, 0, 1);
+    gap.extend(idempotent(77, 0, 5, 1));
+    ask(
+        "gap",
+        -1,
+        "orders",
+        0,
+        gap,
+        E::OutOfOrderSequenceNumber,
+        "not consecutive: 5 after 0",
+    );
+    ask(
+        "unknown producer",
+        -1,
+        "orders",
+        0,
+        idempotent(77, 0, 4, 1),
+        E::UnknownProducerId,
+        "starts at sequence 4",
+    );
+    assert_eq!(produce(-1, "orders", 0, idempotent(77, 1, 0, 2)), (0, None));
+    ask(
+        "order",
+        -1,
+        "orders",
+        0,
+        idempotent(77, 1, 3, 1),
+        E::OutOfOrderSequenceNumber,
+        "expected sequence 2, got 3",
+    );
+    ask(
+        "new epoch",
+        -1,
+        "orders",
+        0,
+        idempotent(77, 2, 3, 1),
+        E::OutOfOrderSequenceNumber,
+        "must start at sequence 0",
+    );
+    ask(
+        "fenced",
+        -1,
+        "orders",
+        0,
+        idempotent(77, 0, 0, 1),
+        E::InvalidProducerEpoch,
+        "fenced by epoch 1",
+    );
+
+    // InitProducerId: transactions are not supported.
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("t"))))
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    match f.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(init)) {
+        Some(ResponseKind::InitProducerId(r)) => {
+            assert_eq!(r.error_code, E::TransactionalIdAuthorizationFailed.code())
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // CreateTopics and CreatePartitions: replica assignments are not supported.
+    let req = CreateTopicsRequest::default().with_topics(vec![
+        create_topics_request::CreatableTopic::default()
+            .with_name(name("placed"))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(vec![
+                create_topics_request::CreatableReplicaAssignment::default(),
+            ]),
+    ]);
+    match f.call(ApiKey::CreateTopics, 7, RequestKind::CreateTopics(req)) {
+        Some(ResponseKind::CreateTopics(r)) => {
+            let t = &r.topics[0];
+            let got = (t.error_code, t.error_message.as_deref());
+            assert_refused(
+                "create placed",
+                got,
+                E::InvalidReplicaAssignment,
+                "manual replica",
+            );
+            assert_eq!((t.num_partitions, t.replication_factor), (-1, -1));
+        }
+        other => panic!("{other:?}"),
+    }
+    let grow = |topic: &str, count: i32, placed: bool| {
+        let t = create_partitions_request::CreatePartitionsTopic::default()
+            .with_name(name(topic))
+            .with_count(count)
+            .with_assignments(placed.then(Vec::new));
+        let req = CreatePartitionsRequest::default().with_topics(vec![t]);
+        match f.call(
+            ApiKey::CreatePartitions,
+            3,
+            RequestKind::CreatePartitions(req),
+        ) {
+            Some(ResponseKind::CreatePartitions(r)) => {
+                let t = r.results[0].clone();
+                (t.error_code, t.error_message.map(|m| m.to_string()))
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let (code, message) = grow("orders", 3, true);
+    assert_refused(
+        "grow placed",
+        (code, message.as_deref()),
+        E::InvalidReplicaAssignment,
+        "manual replica",
+    );
+    let (code, message) = grow("nope", 3, false);
+    assert_refused(
+        "grow unknown",
+        (code, message.as_deref()),
+        E::UnknownTopicOrPartition,
+        "unknown topic 'nope'",
+    );
+    let (code, message) = grow("orders", 1, false);
+    assert_refused(
+        "shrink",
+        (code, message.as_deref()),
+        E::InvalidPartitions,
+        "",
+    );
+
+    // DescribeConfigs: unknown topic, unknown resource type.
+    let describe = |resource_type: i8, resource: &str| {
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(resource.to_owned())),
+        ]);
+        match f.call(
+            ApiKey::DescribeConfigs,
+            4,
+            RequestKind::DescribeConfigs(req),
+        ) {
+            Some(ResponseKind::DescribeConfigs(r)) => {
+                let t = r.results[0].clone();
+                (t.error_code, t.error_message.map(|m| m.to_string()))
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let (code, message) = describe(2, "nope");
+    assert_refused(
+        "describe unknown",
+        (code, message.as_deref()),
+        E::UnknownTopicOrPartition,
+        "unknown topic 'nope'",
+    );
+    let (code, message) = describe(3, "x");
+    assert_refused(
+        "describe type",
+        (code, message.as_deref()),
+        E::InvalidRequest,
+        "config resource type 3 is not supported",
+    );
+
+    // AlterConfigs and IncrementalAlterConfigs.
+    let alter = |resource_type: i8, resource: &str, key: &str, value: &str| {
+        let req = AlterConfigsRequest::default().with_resources(vec![
+            alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(resource.to_owned()))
+                .with_configs(vec![
+                    alter_configs_request::AlterableConfig::default()
+                        .with_name(StrBytes::from_string(key.to_owned()))
+                        .with_value(Some(StrBytes::from_string(value.to_owned()))),
+                ]),
+        ]);
+        match f.call(ApiKey::AlterConfigs, 2, RequestKind::AlterConfigs(req)) {
+            Some(ResponseKind::AlterConfigs(r)) => {
+                let t = r.responses[0].clone();
+                (t.error_code, t.error_message.map(|m| m.to_string()))
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let (code, message) = alter(4, "1", "retention.ms", "1");
+    assert_refused(
+        "alter broker",
+        (code, message.as_deref()),
+        E::InvalidRequest,
+        "only topic configs can be altered",
+    );
+    let (code, message) = alter(2, "nope", "retention.ms", "1");
+    assert_refused(
+        "alter unknown",
+        (code, message.as_deref()),
+        E::UnknownTopicOrPartition,
+        "unknown topic 'nope'",
+    );
+    let (code, message) = alter(2, "orders", "retention.ms", "soon");
+    assert_refused(
+        "alter value",
+        (code, message.as_deref()),
+        E::InvalidConfig,
+        "retention.ms",
+    );
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        incremental_alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("orders"))
+            .with_configs(vec![
+                incremental_alter_configs_request::AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_config_operation(2)
+                    .with_value(Some(StrBytes::from_static_str("1"))),
+            ]),
+    ]);
+    match f.call(
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        RequestKind::IncrementalAlterConfigs(req),
+    ) {
+        Some(ResponseKind::IncrementalAlterConfigs(r)) => {
+            let t = &r.responses[0];
+            let got = (t.error_code, t.error_message.as_deref());
+            assert_refused(
+                "incremental append",
+                got,
+                E::InvalidConfig,
+                "APPEND/SUBTRACT",
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Unknown topic ids in DeleteTopics and Metadata.
+    let id = uuid::Uuid::from_u128(7);
+    let req = DeleteTopicsRequest::default().with_topics(vec![
+        delete_topics_request::DeleteTopicState::default().with_topic_id(id),
+    ]);
+    match f.call(ApiKey::DeleteTopics, 6, RequestKind::DeleteTopics(req)) {
+        Some(ResponseKind::DeleteTopics(r)) => {
+            assert_eq!(r.responses[0].error_code, E::UnknownTopicId.code())
+        }
+        other => panic!("{other:?}"),
+    }
+    let req = MetadataRequest::default().with_topics(Some(vec![
+        metadata_request::MetadataRequestTopic::default()
+            .with_name(None)
+            .with_topic_id(id),
+    ]));
+    match f.call(ApiKey::Metadata, 12, RequestKind::Metadata(req)) {
+        Some(ResponseKind::Metadata(r)) => {
+            assert_eq!(r.topics[0].error_code, E::UnknownTopicId.code())
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing refused above was written: only the two batches of producer 77 epoch 1.
+    assert_eq!(f.fetch("orders", 0, 0).high_watermark, 2);
+}
