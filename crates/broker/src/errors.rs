@@ -1,13 +1,70 @@
 //! The one place that maps Sluice errors to Kafka error codes.
+//!
+//! Handlers and domain modules return error enums that keep their source ([`LogError`],
+//! [`TopicError`], [`ProduceError`], [`ProducerError`], [`AdminError`]); the functions here turn
+//! them into the code a response carries, and the error's `Display` is its error message.
 
 use kafka_protocol::ResponseError;
 use sluice_log::{BatchError, LogError};
 use sluice_protocol::kafka_protocol;
 
+use crate::handlers::AdminError;
+use crate::handlers::produce::ProduceError;
+use crate::producers::ProducerError;
 use crate::topics::TopicError;
 
 /// Kafka's "no error".
 pub const NONE: i16 = 0;
+/// An ApiVersions request of a version this broker does not know (answered as v0).
+pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+
+/// The Kafka error code for a refused produce to one partition.
+pub(crate) fn produce_error_code(e: &ProduceError) -> i16 {
+    match e {
+        ProduceError::Acks(_) => ResponseError::InvalidRequiredAcks.code(),
+        ProduceError::UnknownTopic(_) | ProduceError::UnknownPartition { .. } => {
+            ResponseError::UnknownTopicOrPartition.code()
+        }
+        ProduceError::TooLarge { .. } => ResponseError::MessageTooLarge.code(),
+        ProduceError::IdempotentOverHttp
+        | ProduceError::UnexpectedDuplicate
+        | ProduceError::Transactional
+        | ProduceError::MixedProducers => ResponseError::InvalidRecord.code(),
+        ProduceError::NotConsecutive { .. } => ResponseError::OutOfOrderSequenceNumber.code(),
+        ProduceError::Producer(e) => producer_error_code(e),
+        ProduceError::Batch(e) => batch_error_code(e),
+        ProduceError::Log(e) => log_error_code(e),
+    }
+}
+
+/// The Kafka error code for an idempotent producer's refusal (Produce, InitProducerId).
+pub fn producer_error_code(e: &ProducerError) -> i16 {
+    match e {
+        ProducerError::UnknownProducer { .. } => ResponseError::UnknownProducerId.code(),
+        ProducerError::Fenced { .. } => ResponseError::InvalidProducerEpoch.code(),
+        ProducerError::NewEpochNotAtZero { .. } | ProducerError::OutOfOrder { .. } => {
+            ResponseError::OutOfOrderSequenceNumber.code()
+        }
+        // What Kafka answers a transactional id it may not use; clients report it clearly.
+        ProducerError::Transactional => ResponseError::TransactionalIdAuthorizationFailed.code(),
+        ProducerError::IdAllocation(_) => ResponseError::KafkaStorageError.code(),
+    }
+}
+
+/// The Kafka error code for a refused admin request (topics, partitions, configs).
+pub(crate) fn admin_error_code(e: &AdminError) -> i16 {
+    match e {
+        AdminError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition.code(),
+        AdminError::UnknownTopicId(_) => ResponseError::UnknownTopicId.code(),
+        AdminError::ReplicationFactor(_) => ResponseError::InvalidReplicationFactor.code(),
+        AdminError::ReplicaAssignment => ResponseError::InvalidReplicaAssignment.code(),
+        AdminError::Config(_) | AdminError::NotAList { .. } => ResponseError::InvalidConfig.code(),
+        AdminError::DescribeResourceType(_) | AdminError::AlterNonTopic => {
+            ResponseError::InvalidRequest.code()
+        }
+        AdminError::Topic(e) => topic_error_code(e),
+    }
+}
 
 /// The Kafka error code for a log error.
 pub fn log_error_code(e: &LogError) -> i16 {

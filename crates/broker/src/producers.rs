@@ -25,7 +25,6 @@ use std::sync::Mutex;
 
 use sluice_log::PartitionLog;
 use sluice_log::batch::BatchView;
-use sluice_protocol::kafka_protocol::ResponseError;
 
 /// Batches remembered per producer and partition: Kafka clients keep at most 5 requests in
 /// flight per connection with idempotence, so a retry is always one of the last 5.
@@ -64,11 +63,12 @@ impl ProducerIds {
         })
     }
 
-    pub fn allocate(&self) -> std::io::Result<i64> {
+    pub fn allocate(&self) -> Result<i64, ProducerError> {
         let mut state = self.state.lock().expect("producer ids lock");
         if state.0 == state.1 {
             let reserved = state.1 + ID_BLOCK;
-            write_atomically(&self.path, reserved.to_string().as_bytes())?;
+            write_atomically(&self.path, reserved.to_string().as_bytes())
+                .map_err(ProducerError::IdAllocation)?;
             state.1 = reserved;
         }
         let id = state.0;
@@ -93,18 +93,47 @@ struct ProducerEntry {
     last_offset: i64,
 }
 
+/// Why an idempotent producer's request was refused (`errors::producer_error_code` maps it).
+#[derive(Debug, thiserror::Error)]
+pub enum ProducerError {
+    #[error(
+        "producer {producer_id} is unknown here and its batch starts at sequence {first_seq}, not 0"
+    )]
+    UnknownProducer { producer_id: i64, first_seq: i32 },
+    #[error("producer {producer_id} epoch {epoch} is fenced by epoch {current}")]
+    Fenced {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
+    #[error("producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}")]
+    NewEpochNotAtZero {
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+    },
+    #[error("producer {producer_id} epoch {epoch}: expected sequence {expected}, got {first_seq}")]
+    OutOfOrder {
+        producer_id: i64,
+        epoch: i16,
+        expected: i32,
+        first_seq: i32,
+    },
+    #[error("a transactional id was given: transactions are not supported")]
+    Transactional,
+    #[error("reserving producer ids on disk: {0}")]
+    IdAllocation(#[source] std::io::Error),
+}
+
 /// What to do with an incoming idempotent batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Verdict {
     Append,
     /// Already appended at this base offset: answer with it, append nothing.
     Duplicate {
         base_offset: i64,
     },
-    Refuse {
-        code: i16,
-        message: String,
-    },
+    Refuse(ProducerError),
 }
 
 /// The producer state of one partition.
@@ -129,33 +158,28 @@ impl PartitionProducers {
             return if first_seq == 0 {
                 Verdict::Append
             } else {
-                Verdict::Refuse {
-                    code: ResponseError::UnknownProducerId.code(),
-                    message: format!(
-                        "producer {producer_id} is unknown here and its batch starts at sequence {first_seq}, not 0"
-                    ),
-                }
+                Verdict::Refuse(ProducerError::UnknownProducer {
+                    producer_id,
+                    first_seq,
+                })
             };
         };
         if epoch < entry.epoch {
-            return Verdict::Refuse {
-                code: ResponseError::InvalidProducerEpoch.code(),
-                message: format!(
-                    "producer {producer_id} epoch {epoch} is fenced by epoch {}",
-                    entry.epoch
-                ),
-            };
+            return Verdict::Refuse(ProducerError::Fenced {
+                producer_id,
+                epoch,
+                current: entry.epoch,
+            });
         }
         if epoch > entry.epoch {
             return if first_seq == 0 {
                 Verdict::Append
             } else {
-                Verdict::Refuse {
-                    code: ResponseError::OutOfOrderSequenceNumber.code(),
-                    message: format!(
-                        "producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}"
-                    ),
-                }
+                Verdict::Refuse(ProducerError::NewEpochNotAtZero {
+                    producer_id,
+                    epoch,
+                    first_seq,
+                })
             };
         }
         if let Some(b) = entry
@@ -171,12 +195,12 @@ impl PartitionProducers {
         if first_seq == expected {
             Verdict::Append
         } else {
-            Verdict::Refuse {
-                code: ResponseError::OutOfOrderSequenceNumber.code(),
-                message: format!(
-                    "producer {producer_id} epoch {epoch}: expected sequence {expected}, got {first_seq}"
-                ),
-            }
+            Verdict::Refuse(ProducerError::OutOfOrder {
+                producer_id,
+                epoch,
+                expected,
+                first_seq,
+            })
         }
     }
 
@@ -312,30 +336,40 @@ mod tests {
     #[test]
     fn sequence_decision_table() {
         let mut s = PartitionProducers::default();
-        assert_eq!(s.check(7, 0, 0, 4), Verdict::Append);
-        assert!(
-            matches!(s.check(7, 0, 3, 4), Verdict::Refuse { code, .. } if code == ResponseError::UnknownProducerId.code())
-        );
+        assert!(matches!(s.check(7, 0, 0, 4), Verdict::Append));
+        assert!(matches!(
+            s.check(7, 0, 3, 4),
+            Verdict::Refuse(ProducerError::UnknownProducer { .. })
+        ));
         s.record(7, 0, 0, 4, 100);
-        assert_eq!(s.check(7, 0, 0, 4), Verdict::Duplicate { base_offset: 100 });
-        assert_eq!(s.check(7, 0, 5, 9), Verdict::Append);
-        assert!(
-            matches!(s.check(7, 0, 6, 9), Verdict::Refuse { code, .. } if code == ResponseError::OutOfOrderSequenceNumber.code())
-        );
+        assert!(matches!(
+            s.check(7, 0, 0, 4),
+            Verdict::Duplicate { base_offset: 100 }
+        ));
+        assert!(matches!(s.check(7, 0, 5, 9), Verdict::Append));
+        assert!(matches!(
+            s.check(7, 0, 6, 9),
+            Verdict::Refuse(ProducerError::OutOfOrder { expected: 5, .. })
+        ));
         s.record(7, 1, 0, 0, 105);
-        assert!(
-            matches!(s.check(7, 0, 5, 9), Verdict::Refuse { code, .. } if code == ResponseError::InvalidProducerEpoch.code())
-        );
-        assert!(
-            matches!(s.check(7, 2, 1, 1), Verdict::Refuse { code, .. } if code == ResponseError::OutOfOrderSequenceNumber.code())
-        );
-        assert_eq!(s.check(7, 2, 0, 0), Verdict::Append);
+        assert!(matches!(
+            s.check(7, 0, 5, 9),
+            Verdict::Refuse(ProducerError::Fenced { current: 1, .. })
+        ));
+        assert!(matches!(
+            s.check(7, 2, 1, 1),
+            Verdict::Refuse(ProducerError::NewEpochNotAtZero { .. })
+        ));
+        assert!(matches!(s.check(7, 2, 0, 0), Verdict::Append));
         // Only the last RECENT_BATCHES are remembered.
         for i in 1..=6 {
             s.record(7, 1, i, i, 105 + i64::from(i));
         }
-        assert!(matches!(s.check(7, 1, 1, 1), Verdict::Refuse { .. }));
-        assert_eq!(s.check(7, 1, 6, 6), Verdict::Duplicate { base_offset: 111 });
+        assert!(matches!(s.check(7, 1, 1, 1), Verdict::Refuse(_)));
+        assert!(matches!(
+            s.check(7, 1, 6, 6),
+            Verdict::Duplicate { base_offset: 111 }
+        ));
     }
 
     #[test]

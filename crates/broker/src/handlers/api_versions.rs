@@ -21,6 +21,5 @@ pub fn handle() -> ApiVersionsResponse {
 /// The answer to an ApiVersions request of a version this broker does not know: encoded as v0,
 /// with UNSUPPORTED_VERSION and the supported list, so the client can pick a version.
 pub fn unsupported_version() -> ApiVersionsResponse {
-    handle()
-        .with_error_code(sluice_protocol::kafka_protocol::ResponseError::UnsupportedVersion.code())
+    handle().with_error_code(crate::errors::UNSUPPORTED_VERSION)
 }

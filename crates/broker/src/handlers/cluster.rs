@@ -1,6 +1,5 @@
 //! DescribeCluster and CreatePartitions.
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use sluice_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use sluice_protocol::kafka_protocol::messages::{
@@ -8,7 +7,7 @@ use sluice_protocol::kafka_protocol::messages::{
     DescribeClusterResponse,
 };
 
-use super::str_bytes;
+use super::{AdminError, str_bytes};
 use crate::{Broker, errors};
 
 pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
@@ -35,34 +34,26 @@ pub fn create_partitions(
             let result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
             let outcome = (|| {
                 if t.assignments.is_some() {
-                    return Err((
-                        ResponseError::InvalidReplicaAssignment.code(),
-                        "manual replica assignment is not supported".to_owned(),
-                    ));
+                    return Err(AdminError::ReplicaAssignment);
                 }
-                let topic = broker.topics().get(&t.name.0).ok_or_else(|| {
-                    (
-                        ResponseError::UnknownTopicOrPartition.code(),
-                        format!("unknown topic '{}'", &*t.name.0),
-                    )
-                })?;
-                broker
+                let topic = broker
                     .topics()
-                    .add_partitions(
-                        &topic,
-                        t.count,
-                        req.validate_only,
-                        broker.config(),
-                        broker.committer(),
-                        broker.clock(),
-                    )
-                    .map_err(|e| (errors::topic_error_code(&e), e.to_string()))
+                    .get(&t.name.0)
+                    .ok_or_else(|| AdminError::UnknownTopic(t.name.0.to_string()))?;
+                Ok(broker.topics().add_partitions(
+                    &topic,
+                    t.count,
+                    req.validate_only,
+                    broker.config(),
+                    broker.committer(),
+                    broker.clock(),
+                )?)
             })();
             match outcome {
                 Ok(()) => result,
-                Err((code, message)) => result
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(message))),
+                Err(e) => result
+                    .with_error_code(errors::admin_error_code(&e))
+                    .with_error_message(Some(str_bytes(e.to_string()))),
             }
         })
         .collect();

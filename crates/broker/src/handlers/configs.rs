@@ -1,7 +1,6 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and a read-only view of
 //! the broker's own settings).
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
 };
@@ -12,7 +11,7 @@ use sluice_protocol::kafka_protocol::messages::{
 };
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
-use super::str_bytes;
+use super::{AdminError, str_bytes};
 use crate::{Broker, TopicConfig, errors};
 
 /// Config resource types.
@@ -36,8 +35,6 @@ fn config_type(name: &str) -> i8 {
         _ => TYPE_STRING,
     }
 }
-
-type Failure = (i16, String);
 
 pub fn describe(
     broker: &Broker,
@@ -66,6 +63,12 @@ pub fn describe(
                 }
                 e
             };
+            let refuse = |e: AdminError| {
+                result
+                    .clone()
+                    .with_error_code(errors::admin_error_code(&e))
+                    .with_error_message(Some(str_bytes(e.to_string())))
+            };
             match r.resource_type {
                 RESOURCE_TOPIC => match broker.topics().get(&r.resource_name) {
                     Some(topic) => result.with_configs(
@@ -87,12 +90,7 @@ pub fn describe(
                             })
                             .collect(),
                     ),
-                    None => result
-                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                        .with_error_message(Some(str_bytes(format!(
-                            "unknown topic '{}'",
-                            &*r.resource_name
-                        )))),
+                    None => refuse(AdminError::UnknownTopic(r.resource_name.to_string())),
                 },
                 RESOURCE_BROKER => {
                     let c = broker.config();
@@ -123,11 +121,7 @@ pub fn describe(
                             .collect(),
                     )
                 }
-                other => result
-                    .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(str_bytes(format!(
-                        "config resource type {other} is not supported (topics are 2, brokers 4)"
-                    )))),
+                other => refuse(AdminError::DescribeResourceType(other)),
             }
         })
         .collect();
@@ -143,36 +137,28 @@ fn alter_topic(
     changes: Vec<(String, Option<String>)>,
     replace: bool,
     validate_only: bool,
-) -> Result<(), Failure> {
+) -> Result<(), AdminError> {
     if resource_type != RESOURCE_TOPIC {
-        return Err((
-            ResponseError::InvalidRequest.code(),
-            "only topic configs can be altered; broker settings come from its config file, environment and flags".to_owned(),
-        ));
+        return Err(AdminError::AlterNonTopic);
     }
-    let topic = broker.topics().get(name).ok_or_else(|| {
-        (
-            ResponseError::UnknownTopicOrPartition.code(),
-            format!("unknown topic '{}'", &**name),
-        )
-    })?;
+    let topic = broker
+        .topics()
+        .get(name)
+        .ok_or_else(|| AdminError::UnknownTopic(name.to_string()))?;
     let mut configs = if replace {
         TopicConfig::default()
     } else {
         topic.config()
     };
     for (key, value) in &changes {
-        configs
-            .set(key, value.as_deref())
-            .map_err(|e| (ResponseError::InvalidConfig.code(), e.0))?;
+        configs.set(key, value.as_deref())?;
     }
     if validate_only {
         return Ok(());
     }
-    broker
+    Ok(broker
         .topics()
-        .set_config(&topic, configs, broker.config())
-        .map_err(|e| (errors::topic_error_code(&e), e.to_string()))
+        .set_config(&topic, configs, broker.config())?)
 }
 
 pub fn incremental_alter(
@@ -183,32 +169,37 @@ pub fn incremental_alter(
         .resources
         .into_iter()
         .map(|r| {
-            let changes: Result<Vec<_>, Failure> = r
+            let changes: Result<Vec<_>, AdminError> = r
                 .configs
                 .iter()
                 .map(|c| match c.config_operation {
                     0 => Ok((c.name.to_string(), c.value.as_ref().map(|v| v.to_string()))),
                     1 => Ok((c.name.to_string(), None)),
-                    op => Err((
-                        ResponseError::InvalidConfig.code(),
-                        format!(
-                            "operation {op} (APPEND/SUBTRACT) does not apply to '{}': it is not a list config",
-                            &*c.name
-                        ),
-                    )),
+                    op => Err(AdminError::NotAList {
+                        op,
+                        name: c.name.to_string(),
+                    }),
                 })
                 .collect();
             let outcome = changes.and_then(|changes| {
-                alter_topic(broker, r.resource_type, &r.resource_name, changes, false, req.validate_only)
+                alter_topic(
+                    broker,
+                    r.resource_type,
+                    &r.resource_name,
+                    changes,
+                    false,
+                    req.validate_only,
+                )
             });
-            let response = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name);
+            let response =
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name);
             match outcome {
                 Ok(()) => response,
-                Err((code, message)) => response
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(message))),
+                Err(e) => response
+                    .with_error_code(errors::admin_error_code(&e))
+                    .with_error_message(Some(str_bytes(e.to_string()))),
             }
         })
         .collect();
@@ -238,9 +229,9 @@ pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse 
                 .with_resource_name(r.resource_name);
             match outcome {
                 Ok(()) => response,
-                Err((code, message)) => response
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(message))),
+                Err(e) => response
+                    .with_error_code(errors::admin_error_code(&e))
+                    .with_error_message(Some(str_bytes(e.to_string()))),
             }
         })
         .collect();

@@ -1,13 +1,11 @@
 //! CreateTopics.
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use sluice_protocol::kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
-use super::str_bytes;
-use crate::topics::TopicError;
+use super::{AdminError, str_bytes};
 use crate::{Broker, TopicConfig, errors};
 
 pub fn handle(broker: &Broker, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
@@ -20,43 +18,36 @@ pub fn handle(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Create
             let result = CreatableTopicResult::default().with_name(t.name.clone());
             let outcome = (|| {
                 if t.replication_factor != -1 && t.replication_factor != 1 {
-                    return Err((
-                        ResponseError::InvalidReplicationFactor.code(),
-                        format!(
-                            "replication factor {} is not possible: this broker keeps one copy (use 1 or -1)",
-                            t.replication_factor
-                        ),
-                    ));
+                    return Err(AdminError::ReplicationFactor(t.replication_factor));
                 }
                 if !t.assignments.is_empty() {
-                    return Err((
-                        ResponseError::InvalidReplicaAssignment.code(),
-                        "manual replica assignment is not supported".to_owned(),
-                    ));
+                    return Err(AdminError::ReplicaAssignment);
                 }
                 let mut configs = TopicConfig::default();
                 for c in &t.configs {
-                    configs
-                        .set(&c.name, c.value.as_deref())
-                        .map_err(|e| (ResponseError::InvalidConfig.code(), e.0))?;
+                    configs.set(&c.name, c.value.as_deref())?;
                 }
                 let partitions = if t.num_partitions == -1 {
                     cfg.default_partitions
                 } else {
                     t.num_partitions
                 };
-                let err = |e: TopicError| (errors::topic_error_code(&e), e.to_string());
                 if req.validate_only {
-                    broker
-                        .topics()
-                        .validate_create(&name, partitions, cfg.partitions_per_topic_max)
-                        .map_err(err)?;
+                    broker.topics().validate_create(
+                        &name,
+                        partitions,
+                        cfg.partitions_per_topic_max,
+                    )?;
                     return Ok((None, partitions, configs));
                 }
-                let topic = broker
-                    .topics()
-                    .create(&name, partitions, configs.clone(), cfg, broker.committer(), broker.clock())
-                    .map_err(err)?;
+                let topic = broker.topics().create(
+                    &name,
+                    partitions,
+                    configs.clone(),
+                    cfg,
+                    broker.committer(),
+                    broker.clock(),
+                )?;
                 Ok((Some(topic.id), partitions, configs))
             })();
             match outcome {
@@ -83,11 +74,11 @@ pub fn handle(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Create
                     }
                     result
                 }
-                Err((code, message)) => {
-                    tracing::info!(topic = %name, error = %message, "create topic refused");
+                Err(e) => {
+                    tracing::info!(topic = %name, error = %e, "create topic refused");
                     result
-                        .with_error_code(code)
-                        .with_error_message(Some(str_bytes(message)))
+                        .with_error_code(errors::admin_error_code(&e))
+                        .with_error_message(Some(str_bytes(e.to_string())))
                         .with_num_partitions(-1)
                         .with_replication_factor(-1)
                 }

@@ -1,10 +1,9 @@
 //! DeleteTopics (by name, or by id from v6).
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use sluice_protocol::kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 
-use super::{str_bytes, topic_name};
+use super::{AdminError, str_bytes, topic_name};
 use crate::{Broker, errors};
 
 pub fn handle(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
@@ -34,7 +33,7 @@ pub fn handle(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> Delete
             let Some(name) = name else {
                 return DeletableTopicResult::default()
                     .with_topic_id(id)
-                    .with_error_code(ResponseError::UnknownTopicId.code());
+                    .with_error_code(errors::admin_error_code(&AdminError::UnknownTopicId(id)));
             };
             let id = broker.topics().get(&name).map_or(id, |t| t.id);
             let result = DeletableTopicResult::default()

@@ -1,11 +1,11 @@
 //! InitProducerId for idempotent producers (transactions are not supported).
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
 
-use crate::Broker;
+use crate::producers::ProducerError;
+use crate::{Broker, errors};
 
 pub fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let response = InitProducerIdResponse::default()
@@ -17,10 +17,9 @@ pub fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResp
         .as_ref()
         .is_some_and(|id| !id.0.is_empty())
     {
-        tracing::info!(
-            "InitProducerId with a transactional id refused: transactions are not supported"
-        );
-        return response.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+        let e = ProducerError::Transactional;
+        tracing::info!(error = %e, "InitProducerId refused");
+        return response.with_error_code(errors::producer_error_code(&e));
     }
     // A producer that already has an id asks for an epoch bump (KIP-360): same id, epoch + 1.
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX {
@@ -34,7 +33,7 @@ pub fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResp
             .with_producer_epoch(0),
         Err(e) => {
             tracing::error!(error = %e, "allocating a producer id");
-            response.with_error_code(ResponseError::KafkaStorageError.code())
+            response.with_error_code(errors::producer_error_code(&e))
         }
     }
 }

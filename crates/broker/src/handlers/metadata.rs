@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use sluice_protocol::kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 
-use super::{str_bytes, topic_name};
+use super::{AdminError, str_bytes, topic_name};
 use crate::topics::{Topic, TopicError};
 use crate::{Broker, TopicConfig, errors};
 
@@ -36,7 +35,9 @@ pub fn handle(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataRe
                         Some(topic) => describe(&topic, node),
                         None => MetadataResponseTopic::default()
                             .with_topic_id(t.topic_id)
-                            .with_error_code(ResponseError::UnknownTopicId.code()),
+                            .with_error_code(errors::admin_error_code(
+                                &AdminError::UnknownTopicId(t.topic_id),
+                            )),
                     };
                 };
                 let allow_create = version < 4 || req.allow_auto_topic_creation;

@@ -13,23 +13,74 @@
 use futures::FutureExt;
 use futures::future::{BoxFuture, join_all};
 use sluice_log::batch::{self, BatchView, Peek};
-use sluice_log::{Appended, PartitionLog};
-use sluice_protocol::kafka_protocol::ResponseError;
+use sluice_log::{Appended, BatchError, LogError, PartitionLog};
 use sluice_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
 use sluice_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
-use crate::producers::{self, Verdict};
+use crate::producers::{self, ProducerError, Verdict};
 use crate::topics::Topic;
 use crate::{Broker, errors};
+
+/// A produce request's `acks`, read at the handler edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// 0: no response at all (the batches still become durable at the next sync round).
+    None,
+    /// 1: answered once the leader has the batches; here, once they are durable.
+    Leader,
+    /// -1: answered once every in-sync replica has them; here (one replica), once durable.
+    All,
+}
+
+impl TryFrom<i16> for Acks {
+    type Error = ProduceError;
+    fn try_from(acks: i16) -> Result<Acks, ProduceError> {
+        match acks {
+            0 => Ok(Acks::None),
+            1 => Ok(Acks::Leader),
+            -1 => Ok(Acks::All),
+            other => Err(ProduceError::Acks(other)),
+        }
+    }
+}
+
+/// Why a produce to one partition was refused; `errors::produce_error_code` gives its Kafka
+/// code, `Display` the error message the client gets.
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    #[error("acks must be -1 (all), 0 or 1, got {0}")]
+    Acks(i16),
+    #[error("unknown topic '{0}'")]
+    UnknownTopic(String),
+    #[error("topic '{topic}' has no partition {partition}")]
+    UnknownPartition { topic: String, partition: i32 },
+    #[error("a record batch of {size} bytes exceeds max.message.bytes ({max})")]
+    TooLarge { size: usize, max: i64 },
+    #[error("batches with a producer id must come through the Kafka protocol")]
+    IdempotentOverHttp,
+    #[error("unexpected duplicate batch")]
+    UnexpectedDuplicate,
+    #[error("transactional batches are not supported")]
+    Transactional,
+    #[error("all batches of one partition in a request must come from the same producer")]
+    MixedProducers,
+    #[error("batches in one request are not consecutive: {next} after {last}")]
+    NotConsecutive { next: i32, last: i32 },
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
 
 /// Appends now; the returned future waits for durability and builds the response (`None` for
 /// acks=0).
 pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<ProduceResponse>> {
-    let acks = req.acks;
-    let acks_valid = matches!(acks, -1..=1);
+    let acks = Acks::try_from(req.acks);
     let mut responses = Vec::with_capacity(req.topic_data.len());
     // (topic index, partition index, pending append)
     let mut pending: Vec<(usize, usize, Appended)> = Vec::new();
@@ -37,24 +88,19 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
         let topic = broker.topics().get(&topic_data.name.0);
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (pi, data) in topic_data.partition_data.into_iter().enumerate() {
-            let refuse = |code: i16, message: String| {
+            let refuse = |e: &ProduceError| {
                 PartitionProduceResponse::default()
                     .with_index(data.index)
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(message)))
+                    .with_error_code(errors::produce_error_code(e))
+                    .with_error_message(Some(str_bytes(e.to_string())))
             };
-            if !acks_valid {
-                partitions.push(refuse(
-                    ResponseError::InvalidRequiredAcks.code(),
-                    format!("acks must be -1 (all), 0 or 1, got {acks}"),
-                ));
+            if let Err(e) = &acks {
+                partitions.push(refuse(e));
                 continue;
             }
             let Some(topic) = &topic else {
-                partitions.push(refuse(
-                    ResponseError::UnknownTopicOrPartition.code(),
-                    format!("unknown topic '{}'", &*topic_data.name.0),
-                ));
+                let unknown = ProduceError::UnknownTopic(topic_data.name.0.to_string());
+                partitions.push(refuse(&unknown));
                 continue;
             };
             let records = data.records.unwrap_or_default();
@@ -74,16 +120,16 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
                         .with_base_offset(base_offset)
                         .with_log_start_offset(log_start),
                 ),
-                Err((code, message)) => {
+                Err(e) => {
                     // Refusals repeat with every retry (a full disk, a client sending bad
                     // batches): one line per few seconds, with the count.
                     if let Some(count) = broker
                         .produce_refusals_log()
                         .hit(tokio::time::Instant::now())
                     {
-                        tracing::info!(topic = %topic.name, partition = data.index, error = %message, since_last_line = count, "produce refused");
+                        tracing::info!(topic = %topic.name, partition = data.index, error = %e, since_last_line = count, "produce refused");
                     }
-                    partitions.push(refuse(code, message));
+                    partitions.push(refuse(&e));
                 }
             }
         }
@@ -93,7 +139,7 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
                 .with_partition_responses(partitions),
         );
     }
-    if acks == 0 {
+    if matches!(acks, Ok(Acks::None)) {
         return futures::future::ready(None).boxed();
     }
     async move {
@@ -122,26 +168,25 @@ enum Outcome {
 }
 
 /// [`append`] for batches without a producer id (the HTTP API's): a batch that claims one is
-/// refused, since only the Kafka path runs the idempotent-producer checks.
+/// refused, since only the Kafka path runs the idempotent-producer checks. The error is the
+/// Kafka code (from `errors`) and message that `Broker::append` hands on as an `AppendError`.
 pub fn append_plain(
     broker: &Broker,
     topic: &Topic,
     partition: i32,
     records: &[u8],
 ) -> Result<Appended, (i16, String)> {
-    if BatchView::parse(records).is_ok_and(|v| v.producer_id() >= 0) {
-        return Err((
-            ResponseError::InvalidRecord.code(),
-            "batches with a producer id must come through the Kafka protocol".to_owned(),
-        ));
+    let outcome = if BatchView::parse(records).is_ok_and(|v| v.producer_id() >= 0) {
+        Err(ProduceError::IdempotentOverHttp)
+    } else {
+        append(broker, topic, partition, records)
+    };
+    match outcome {
+        Ok(Outcome::Appended(appended, _)) => Ok(appended),
+        Ok(Outcome::Duplicate(..)) => Err(ProduceError::UnexpectedDuplicate),
+        Err(e) => Err(e),
     }
-    match append(broker, topic, partition, records)? {
-        Outcome::Appended(appended, _) => Ok(appended),
-        Outcome::Duplicate(..) => Err((
-            ResponseError::InvalidRecord.code(),
-            "unexpected duplicate batch".to_owned(),
-        )),
-    }
+    .map_err(|e| (errors::produce_error_code(&e), e.to_string()))
 }
 
 /// Validates and appends one partition's records, applying idempotent-producer checks.
@@ -150,50 +195,36 @@ fn append(
     topic: &Topic,
     partition: i32,
     records: &[u8],
-) -> Result<Outcome, (i16, String)> {
-    let unknown = || {
-        (
-            ResponseError::UnknownTopicOrPartition.code(),
-            format!("topic '{}' has no partition {partition}", topic.name),
-        )
+) -> Result<Outcome, ProduceError> {
+    let unknown = || ProduceError::UnknownPartition {
+        topic: topic.name.clone(),
+        partition,
     };
     let log: PartitionLog = topic.partition(partition).ok_or_else(unknown)?;
     let max = topic
         .config()
         .max_message_bytes(broker.config().max_message_bytes);
     if let Some(size) = oversize_batch(records, max) {
-        return Err((
-            ResponseError::MessageTooLarge.code(),
-            format!("a record batch of {size} bytes exceeds max.message.bytes ({max})"),
-        ));
+        return Err(ProduceError::TooLarge { size, max });
     }
-    let log_err = |e: sluice_log::LogError| (errors::log_error_code(&e), e.to_string());
     // The producer of these batches, if idempotent (all batches of one request share it).
     let first = BatchView::parse(records).ok();
     let idempotent = first.filter(|v| v.producer_id() >= 0);
     let Some(first) = idempotent else {
-        let appended = log.append(records).map_err(log_err)?;
+        let appended = log.append(records)?;
         return Ok(Outcome::Appended(appended, log.log_start_offset()));
     };
     if first.is_transactional() {
-        return Err((
-            ResponseError::InvalidRecord.code(),
-            "transactional batches are not supported".to_owned(),
-        ));
+        return Err(ProduceError::Transactional);
     }
     let (pid, epoch) = (first.producer_id(), first.producer_epoch());
     // Every batch's (first, last) sequence; all must be from the same producer and epoch.
     let mut seqs = Vec::new();
     let mut rest = records;
     while !rest.is_empty() {
-        let v =
-            BatchView::parse(rest).map_err(|e| (errors::batch_error_code(&e), e.to_string()))?;
+        let v = BatchView::parse(rest)?;
         if v.producer_id() != pid || v.producer_epoch() != epoch {
-            return Err((
-                ResponseError::InvalidRecord.code(),
-                "all batches of one partition in a request must come from the same producer"
-                    .to_owned(),
-            ));
+            return Err(ProduceError::MixedProducers);
         }
         seqs.push((
             v.base_sequence(),
@@ -209,21 +240,18 @@ fn append(
         Verdict::Duplicate { base_offset } => {
             return Ok(Outcome::Duplicate(base_offset, log.log_start_offset()));
         }
-        Verdict::Refuse { code, message } => return Err((code, message)),
+        Verdict::Refuse(e) => return Err(e.into()),
         Verdict::Append => {}
     }
     for pair in seqs.windows(2) {
         if pair[1].0 != producers::next_seq(pair[0].1) {
-            return Err((
-                ResponseError::OutOfOrderSequenceNumber.code(),
-                format!(
-                    "batches in one request are not consecutive: {} after {}",
-                    pair[1].0, pair[0].1
-                ),
-            ));
+            return Err(ProduceError::NotConsecutive {
+                next: pair[1].0,
+                last: pair[0].1,
+            });
         }
     }
-    let appended = log.append(records).map_err(log_err)?;
+    let appended = log.append(records)?;
     let mut base = appended.base_offset;
     for (first_seq, last_seq, count) in seqs {
         state.record(pid, epoch, first_seq, last_seq, base);
