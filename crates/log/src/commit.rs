@@ -1,30 +1,84 @@
 //! Group commit: the threads that turn *appended* data into *durable* data.
 //!
-//! An append writes into the page cache and queues its partition here (once: a partition stays
-//! queued until its round ends, so it is never queued twice and never has two rounds running).
-//! Sync threads take queued partitions and run one *sync round* each: note how far the
-//! partition's active segment has been written, fdatasync it, then publish that point as durable
-//! and wake everyone waiting on it. Every append that landed while the previous round's fdatasync
-//! ran is covered by the next round's single fdatasync, so the number of fdatasyncs per second is
-//! bounded by the disk's sync latency, not by the append rate, and bytes per fdatasync grow with
-//! load.
+//! A writer writes into the page cache (or, for the group store, into a buffer of its own) and
+//! asks for a round with [`CommitHandle::request_sync`]. The target is queued once: it stays
+//! queued until its round ends, so it is never queued twice and never has two rounds running.
+//! Sync threads take queued targets and run one *sync round* each ([`Syncable::sync_round`]):
+//! for a partition, note how far its active segment has been written, fdatasync it, then
+//! publish that point as durable and wake everyone waiting on it. Every write that landed while
+//! the previous round's fdatasync ran is covered by the next round's single fdatasync, so the
+//! number of fdatasyncs per second is bounded by the disk's sync latency, not by the write
+//! rate, and bytes per fdatasync grow with load.
 //!
-//! With several sync threads, rounds of different partitions run concurrently: on ext4,
+//! ## What can be synced
+//!
+//! The committer knows nothing of partitions: it schedules anything that implements
+//! [`Syncable`] (one round that makes everything written so far durable; whether more arrived
+//! since; the flag that keeps it queued once). Partition logs (`partition.rs`) and the
+//! consumer-group store (`sluice-groups`, `store/`) are the two implementations, and one
+//! committer (with one [`FlushPolicy`] and one set of sync threads) can serve both.
+//!
+//! With several sync threads, rounds of different targets run concurrently: on ext4,
 //! concurrent fdatasyncs share one journal commit, which is what makes many partitions per disk
 //! affordable (measured in `docs/benchmarks.md`, "sync strategy").
 //!
-//! The queue never allocates in steady state: it holds at most one entry per open partition and
-//! keeps its capacity.
+//! The queue never allocates in steady state: it holds at most one entry per target and keeps
+//! its capacity.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::FlushPolicy;
-use crate::partition::PartitionShared;
 use crate::space::DataDirSpace;
+
+/// Something whose writes a [`GroupCommitter`] makes durable: a partition log's active
+/// segment, the consumer-group store's file.
+///
+/// The contract: a writer first makes its write visible to the next round (writes it into the
+/// page cache, or queues it in the target's own buffer), then calls
+/// [`CommitHandle::request_sync`]. The committer then runs `sync_round` on a sync thread, at
+/// most one round of a target at a time, and again while `has_unsynced` says more arrived, so
+/// every write is covered by a round that started after it was visible. What "durable" means
+/// to the target's callers (a high watermark, a resolved future) is published by the target in
+/// `sync_round`, only after the fdatasync that covers it returned success.
+pub trait Syncable: Send + Sync + fmt::Debug + 'static {
+    /// Makes everything written so far durable (usually one fdatasync), publishes it and wakes
+    /// its waiters. Failures are the target's own to record and report (a failed fdatasync is
+    /// never retried); the committer only schedules. Records each fdatasync in `stats`.
+    fn sync_round(&self, stats: &CommitStats);
+
+    /// Whether writes arrived that no finished round covered (checked after each round; true
+    /// queues the next one).
+    fn has_unsynced(&self) -> bool;
+
+    /// The target's place in the queue. Embed one [`SyncQueued`] per target and return it.
+    fn sync_queued(&self) -> &SyncQueued;
+}
+
+/// Whether a [`Syncable`] sits in a committer's queue (or has a round running): the flag that
+/// keeps it queued at most once. Only the committer sets and clears it.
+#[derive(Debug, Default)]
+pub struct SyncQueued(AtomicBool);
+
+impl SyncQueued {
+    /// True if this call queued the target (it was not queued before).
+    fn claim(&self) -> bool {
+        !self.0.swap(true, Ordering::AcqRel)
+    }
+
+    fn release(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+
+    /// Whether a round is queued or running.
+    pub fn is_queued(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
 
 /// Settings of a [`GroupCommitter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +110,8 @@ pub const FDATASYNC_BUCKET_BOUNDS_MICROS: [u64; 16] = [
 /// Buckets of the fdatasync duration histogram: one per bound, plus the open-ended one.
 const FDATASYNC_BUCKETS: usize = FDATASYNC_BUCKET_BOUNDS_MICROS.len() + 1;
 
-/// Counters of the work done, for metrics and benchmarks.
+/// Counters of the work done, for metrics and benchmarks: every [`Syncable`] served by the
+/// committer counts its fdatasyncs here.
 #[derive(Debug, Default)]
 pub struct CommitStats {
     /// Completed sync rounds (each is one fdatasync of one segment file).
@@ -80,6 +135,12 @@ impl CommitStats {
         self.fdatasync_buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
         self.fdatasync_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Counts `bytes` made durable by an fdatasync. Call it before publishing the bytes as
+    /// durable, so that a woken waiter sees them counted.
+    pub fn record_bytes_synced(&self, bytes: u64) {
+        self.bytes_synced.fetch_add(bytes, Ordering::Relaxed);
     }
 }
 
@@ -105,10 +166,10 @@ pub struct CommitStatsSnapshot {
 
 #[derive(Debug)]
 struct Queue {
-    /// Partitions whose round may start now.
-    ready: VecDeque<Arc<PartitionShared>>,
-    /// Partitions waiting for the next interval tick (`FlushPolicy::IntervalMs` only).
-    pending: Vec<Arc<PartitionShared>>,
+    /// Targets whose round may start now.
+    ready: VecDeque<Arc<dyn Syncable>>,
+    /// Targets waiting for the next interval tick (`FlushPolicy::IntervalMs` only).
+    pending: Vec<Arc<dyn Syncable>>,
     next_tick: Instant,
     shutdown: bool,
 }
@@ -123,7 +184,8 @@ pub(crate) struct CommitShared {
     space: DataDirSpace,
 }
 
-/// The group-commit service shared by the partition logs of one data directory.
+/// The group-commit service shared by the partition logs (and the group store) of one data
+/// directory.
 ///
 /// Dropping it (or calling [`GroupCommitter::shutdown`]) finishes every queued round first.
 #[derive(Debug)]
@@ -195,7 +257,9 @@ impl GroupCommitter {
         }
     }
 
-    pub(crate) fn handle(&self) -> CommitHandle {
+    /// A handle to request sync rounds with (see [`Syncable`]). It does not keep the sync
+    /// threads running: once the committer shuts down, requested rounds run in the caller.
+    pub fn handle(&self) -> CommitHandle {
         CommitHandle {
             shared: Arc::clone(&self.shared),
         }
@@ -226,30 +290,35 @@ impl Drop for GroupCommitter {
     }
 }
 
-/// What a partition holds to queue itself for a sync round.
+/// What a [`Syncable`] holds to request its sync rounds. Cheap to clone.
 #[derive(Debug, Clone)]
-pub(crate) struct CommitHandle {
+pub struct CommitHandle {
     shared: Arc<CommitShared>,
 }
 
 impl CommitHandle {
-    /// Queues `partition` for a sync round. The caller guarantees it is not already queued (it
-    /// won the partition's `queued` flag).
-    /// Returns false if the committer has shut down (the caller then syncs itself).
-    pub fn enqueue(&self, partition: Arc<PartitionShared>) -> bool {
-        let mut q = self.shared.queue.lock().expect("commit queue poisoned");
-        if q.shutdown {
-            return false;
+    /// Asks for a sync round of `target`, which has just made a write visible to the next
+    /// round. Returns at once if a round is already queued or running (it, or the one after it,
+    /// will cover the write); otherwise queues one. If the committer has shut down, runs the
+    /// rounds in the calling thread before returning, so no write is stranded.
+    ///
+    /// No allocation and no lock when the target is already queued: the hot append path calls
+    /// this once per append.
+    pub fn request_sync<T: Syncable>(&self, target: &Arc<T>) {
+        if !target.sync_queued().claim() {
+            return;
         }
-        match self.shared.config.policy {
-            FlushPolicy::Always => {
-                q.ready.push_back(partition);
-                drop(q);
-                self.shared.wake.notify_one();
-            }
-            FlushPolicy::IntervalMs(_) => q.pending.push(partition),
+        let target: Arc<dyn Syncable> = Arc::clone(target) as Arc<dyn Syncable>;
+        if let Err(target) = self.enqueue(target) {
+            // The committer is gone (shutting down): sync inline so the caller is not stranded.
+            run_rounds(&self.shared, target);
         }
-        true
+    }
+
+    /// Queues `target`, which the caller has claimed. Gives it back if the committer has shut
+    /// down.
+    fn enqueue(&self, target: Arc<dyn Syncable>) -> Result<(), Arc<dyn Syncable>> {
+        enqueue(&self.shared, target)
     }
 
     pub fn stats(&self) -> &CommitStats {
@@ -259,11 +328,52 @@ impl CommitHandle {
     pub fn space(&self) -> &DataDirSpace {
         &self.shared.space
     }
+
+    pub fn config(&self) -> CommitConfig {
+        self.shared.config
+    }
+}
+
+fn enqueue(shared: &CommitShared, target: Arc<dyn Syncable>) -> Result<(), Arc<dyn Syncable>> {
+    let mut q = shared.queue.lock().expect("commit queue poisoned");
+    if q.shutdown {
+        return Err(target);
+    }
+    match shared.config.policy {
+        FlushPolicy::Always => {
+            q.ready.push_back(target);
+            drop(q);
+            shared.wake.notify_one();
+        }
+        FlushPolicy::IntervalMs(_) => q.pending.push(target),
+    }
+    Ok(())
+}
+
+/// Runs rounds of `target` (claimed by the caller) until nothing new arrived. The target stays
+/// claimed until its round ends, so two rounds of one target never run at once: writes that
+/// land during an fdatasync wait for the next round, which then covers all of them with one
+/// fdatasync. That next round goes back into the queue (behind other targets), or runs here if
+/// the committer has shut down.
+fn run_rounds(shared: &CommitShared, mut target: Arc<dyn Syncable>) {
+    loop {
+        target.sync_round(&shared.stats);
+        target.sync_queued().release();
+        if !target.has_unsynced() || !target.sync_queued().claim() {
+            // Nothing new, or a writer already queued the next round.
+            return;
+        }
+        match enqueue(shared, target) {
+            Ok(()) => return,
+            // The committer has shut down: run the next round here.
+            Err(back) => target = back,
+        }
+    }
 }
 
 fn sync_loop(shared: &CommitShared) {
     loop {
-        let partition = {
+        let target = {
             let mut q = shared.queue.lock().expect("commit queue poisoned");
             loop {
                 if let Some(p) = q.ready.pop_front() {
@@ -294,13 +404,91 @@ fn sync_loop(shared: &CommitShared) {
                 }
             }
         };
-        partition.sync_round(&shared.stats);
+        run_rounds(shared, target);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A target whose "writes" are a counter and whose round marks all of them synced.
+    #[derive(Debug, Default)]
+    struct Counter {
+        queued: SyncQueued,
+        written: AtomicU64,
+        synced: AtomicU64,
+        rounds: AtomicU64,
+        in_round: AtomicBool,
+        overlapped: AtomicBool,
+    }
+
+    impl Syncable for Counter {
+        fn sync_round(&self, stats: &CommitStats) {
+            if self.in_round.swap(true, Ordering::AcqRel) {
+                self.overlapped.store(true, Ordering::Release);
+            }
+            let covered = self.written.load(Ordering::Acquire);
+            std::thread::sleep(Duration::from_micros(500));
+            stats.record_fdatasync(500);
+            self.rounds.fetch_add(1, Ordering::Relaxed);
+            self.in_round.store(false, Ordering::Release);
+            self.synced.fetch_max(covered, Ordering::AcqRel);
+        }
+
+        fn has_unsynced(&self) -> bool {
+            self.written.load(Ordering::Acquire) > self.synced.load(Ordering::Acquire)
+        }
+
+        fn sync_queued(&self) -> &SyncQueued {
+            &self.queued
+        }
+    }
+
+    #[test]
+    fn every_write_is_covered_by_a_later_round_and_rounds_of_a_target_never_overlap() {
+        let committer = GroupCommitter::start(CommitConfig {
+            policy: FlushPolicy::Always,
+            sync_threads: 4,
+        });
+        let target = Arc::new(Counter::default());
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let target = Arc::clone(&target);
+                let handle = committer.handle();
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        let mine = target.written.fetch_add(1, Ordering::AcqRel) + 1;
+                        handle.request_sync(&target);
+                        let deadline = Instant::now() + Duration::from_secs(10);
+                        while target.synced.load(Ordering::Acquire) < mine {
+                            assert!(Instant::now() < deadline, "write {mine} never synced");
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        writers.into_iter().for_each(|w| w.join().unwrap());
+        assert!(
+            !target.overlapped.load(Ordering::Acquire),
+            "two rounds at once"
+        );
+        let rounds = target.rounds.load(Ordering::Relaxed);
+        assert!(rounds < 800, "800 writes took {rounds} rounds: no grouping");
+        assert_eq!(committer.stats().fdatasyncs, rounds);
+
+        // Once the committer has shut down, a request runs the round in the caller.
+        let handle = committer.handle();
+        committer.shutdown();
+        target.written.fetch_add(1, Ordering::AcqRel);
+        handle.request_sync(&target);
+        assert!(
+            !target.has_unsynced(),
+            "synced before request_sync returned"
+        );
+        assert!(!target.sync_queued().is_queued());
+    }
 
     #[test]
     fn fdatasync_durations_land_in_the_bucket_of_their_upper_bound() {

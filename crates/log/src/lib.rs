@@ -41,7 +41,8 @@
 //! - `segment`: one segment file and its sparse indexes; append, seal, read, scan.
 //! - `index`: sparse offset and time indexes (in memory while active, on disk when sealed).
 //! - `recovery`: opening a directory after a crash; the decision table lives there.
-//! - `commit`: group commit, the sync threads.
+//! - `commit`: group commit, the sync threads, and [`Syncable`], what they sync (a partition's
+//!   active segment here; the consumer-group store in `sluice-groups`).
 //! - `partition`: the log itself, retention, timestamp lookup, close and delete; what a full
 //!   disk and a failed fdatasync each do (a state to wait out, and a failure).
 //! - `space`: [`DataDirSpace`], whether a data directory is full, shared by everything that
@@ -77,8 +78,8 @@ mod space;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{
-    CommitConfig, CommitStatsSnapshot, FDATASYNC_BUCKET_BOUNDS_MICROS, FdatasyncHistogram,
-    GroupCommitter,
+    CommitConfig, CommitHandle, CommitStats, CommitStatsSnapshot, FDATASYNC_BUCKET_BOUNDS_MICROS,
+    FdatasyncHistogram, GroupCommitter, SyncQueued, Syncable,
 };
 pub use config::{
     FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,

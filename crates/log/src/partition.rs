@@ -45,7 +45,7 @@ use bytes::Bytes;
 
 use crate::batch::{BATCH_BYTES_MAX, BatchView, HEADER_BYTES};
 use crate::clock::Clock;
-use crate::commit::{CommitHandle, CommitStats, GroupCommitter};
+use crate::commit::{CommitHandle, CommitStats, GroupCommitter, SyncQueued, Syncable};
 use crate::config::LogConfig;
 use crate::error::{BatchError, LogError, Result};
 use crate::faults::DiskFaults;
@@ -112,8 +112,8 @@ pub(crate) struct PartitionShared {
     durable_offset: AtomicI64,
     /// Woken whenever `durable_offset` moves or the partition fails or is deleted.
     durable_changed: tokio::sync::Notify,
-    /// True while the partition sits in the commit queue.
-    queued: AtomicBool,
+    /// The partition's place in the commit queue.
+    queued: SyncQueued,
     /// Set once after a failed fdatasync (or a write error other than a full disk); the
     /// partition then refuses appends, and reads stop at the high watermark as always.
     failed: OnceLock<Arc<io::Error>>,
@@ -216,7 +216,7 @@ impl PartitionLog {
                 closed: false,
             }),
             durable_changed: tokio::sync::Notify::new(),
-            queued: AtomicBool::new(false),
+            queued: SyncQueued::default(),
             failed: OnceLock::new(),
             deleted: AtomicBool::new(false),
             commit: committer.handle(),
@@ -278,11 +278,7 @@ impl PartitionLog {
             st.size_bytes += added;
             (base_offset, last_offset)
         };
-        if !shared.queued.swap(true, Ordering::AcqRel) && !shared.commit.enqueue(Arc::clone(shared))
-        {
-            // The committer is gone (shutting down): sync inline so the caller is not stranded.
-            shared.sync_round(shared.commit.stats());
-        }
+        shared.commit.request_sync(shared);
         Ok(Appended {
             base_offset,
             last_offset,
@@ -656,32 +652,8 @@ impl PartitionShared {
         self.state.lock().expect("partition state poisoned")
     }
 
-    /// Group-commit rounds for this partition, run by a sync thread (or inline when the
-    /// committer has shut down). The partition stays marked as queued until its round ends, so
-    /// two rounds of one partition never run at once: appends that land during an fdatasync
-    /// wait for the next round, which then covers all of them with one fdatasync.
-    pub(crate) fn sync_round(self: &Arc<Self>, stats: &CommitStats) {
-        loop {
-            self.sync_once(stats);
-            self.queued.store(false, Ordering::Release);
-            if !self.has_unsynced() || self.queued.swap(true, Ordering::AcqRel) {
-                // Nothing new, or an append already queued the next round.
-                return;
-            }
-            if self.commit.enqueue(Arc::clone(self)) {
-                return;
-            }
-            // The committer has shut down: run the next round here.
-        }
-    }
-
-    fn has_unsynced(&self) -> bool {
-        let st = self.lock();
-        !st.closed && self.failed.get().is_none() && st.active().next_offset > st.durable.offset
-    }
-
     /// fdatasyncs the active segment and publishes how far it got.
-    fn sync_once(&self, stats: &CommitStats) {
+    fn sync_active(&self, stats: &CommitStats) {
         let (file, point) = {
             let st = self.lock();
             if st.closed || self.failed.get().is_some() {
@@ -708,9 +680,7 @@ impl PartitionShared {
                 let before = st.durable;
                 if point.segment_base == before.segment_base && point.position > before.position {
                     // Counted before publishing, so a woken waiter sees the bytes counted.
-                    stats
-                        .bytes_synced
-                        .fetch_add(point.position - before.position, Ordering::Relaxed);
+                    stats.record_bytes_synced(point.position - before.position);
                 }
                 self.publish(&mut st, point);
             }
@@ -765,6 +735,24 @@ impl PartitionShared {
         }
         let _ = self.failed.set(Arc::new(error));
         self.durable_changed.notify_waiters();
+    }
+}
+
+/// A partition's sync round: one fdatasync of the active segment covers every append queued so
+/// far. The committer runs at most one round of a partition at a time, and another while
+/// appends arrived during the fdatasync.
+impl Syncable for PartitionShared {
+    fn sync_round(&self, stats: &CommitStats) {
+        self.sync_active(stats);
+    }
+
+    fn has_unsynced(&self) -> bool {
+        let st = self.lock();
+        !st.closed && self.failed.get().is_none() && st.active().next_offset > st.durable.offset
+    }
+
+    fn sync_queued(&self) -> &SyncQueued {
+        &self.queued
     }
 }
 

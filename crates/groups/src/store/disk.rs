@@ -1,18 +1,20 @@
-//! The log file, owned by the sync thread: appending a round's frames with one fdatasync, and
-//! compaction (rewrite the live state into a tmp file, fdatasync, rename, fsync the directory).
+//! The log file, touched only by the store's round (`round.rs`): appending a round's frames
+//! with one fdatasync, and compaction (rewrite the live state into a tmp file, fdatasync, rename, fsync the directory).
 //!
 //! A full disk (ENOSPC, EDQUOT) during a round's write fails that round only: whatever part
 //! of its frames reached the file is cut off again (if the cut fails too, it is retried before
 //! the next write), the round's writes resolve to [`StoreError::NoSpace`], and the next round
-//! writes at the same place. A failed fdatasync is fatal, whatever its errno (see `sync.rs`).
+//! writes at the same place. A failed fdatasync is fatal, whatever its errno (see the module doc
+//! of `mod.rs`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
-use sluice_log::{DataDirSpace, is_no_space};
+use sluice_log::{CommitStats, DataDirSpace, is_no_space};
 
 use super::recovery::Live;
 use super::{StoreError, io_error, sync_dir};
@@ -58,12 +60,14 @@ pub(super) struct RoundError {
 
 impl Disk {
     /// Writes one round's frames with one positioned write at the end of the whole frames,
-    /// then fdatasyncs the file. `room` (tests only) pretends the disk has room for that many
-    /// bytes: the write stops there and fails with ENOSPC.
+    /// then fdatasyncs the file, counting it in `syncs` (the store's) and `stats` (the
+    /// committer's). `room` (tests only) pretends the disk has room for that many bytes: the
+    /// write stops there and fails with ENOSPC.
     pub(super) fn append(
         &mut self,
         bytes: &[u8],
         syncs: &AtomicU64,
+        stats: &CommitStats,
         room: Option<usize>,
     ) -> Result<(), RoundError> {
         if bytes.is_empty() {
@@ -92,7 +96,10 @@ impl Disk {
             return Err(self.no_space("write", &e));
         }
         syncs.fetch_add(1, Ordering::Relaxed);
-        self.file.sync_data().map_err(|e| {
+        let started = Instant::now();
+        let synced = self.file.sync_data();
+        stats.record_fdatasync(started.elapsed().as_micros() as u64);
+        synced.map_err(|e| {
             if is_no_space(&e) {
                 self.space.no_space("fdatasync", &self.path, &e);
             }
@@ -101,6 +108,7 @@ impl Disk {
                 error: io_error("fdatasync", &self.path)(e),
             }
         })?;
+        stats.record_bytes_synced(bytes.len() as u64);
         self.file_bytes += bytes.len() as u64;
         self.space.wrote();
         Ok(())

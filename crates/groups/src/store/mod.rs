@@ -6,7 +6,7 @@
 //! once the returned [`Pending`] resolves. At startup [`GroupStore::open`] replays the file and
 //! hands back everything it held as [`Recovered`].
 //!
-//! Key types: [`GroupStore`] (the file and its sync thread), [`GroupRecord`] (one change),
+//! Key types: [`GroupStore`] (the file and its rounds), [`GroupRecord`] (one change),
 //! [`Pending`] (one write's durability), [`Recovered`] (the state at open).
 //!
 //! ## File format
@@ -33,11 +33,15 @@
 //!
 //! - [`GroupStore::write`] encodes the records into an in-memory pending buffer, in call order
 //!   across callers, and returns at once: nothing is on disk yet.
-//! - The store's sync thread runs *rounds*: take everything pending, write it with one `write`,
-//!   `fdatasync`, then resolve the round's [`Pending`]s with `Ok`: the records are *durable*.
-//!   Every write queued while one round's fdatasync runs is covered by the next round's single
-//!   fdatasync (group commit), so fdatasyncs per second are bounded by the disk, not the
-//!   commit rate. The coordinator acknowledges the client only after `Ok`.
+//! - `write` then asks a [`sluice_log::GroupCommitter`] for a *round*, the same group commit
+//!   that makes partition appends durable: the store is a [`sluice_log::Syncable`] to it, and
+//!   [`GroupStore::open_with_committer`] shares the partition logs' committer (sync threads and
+//!   flush policy); [`GroupStore::open`] starts one of its own. A round takes everything
+//!   pending, writes it with one `write`, `fdatasync`s, then resolves the round's [`Pending`]s
+//!   with `Ok`: the records are *durable*. The committer runs at most one round of the store
+//!   at a time, so every write queued while one round's fdatasync runs is covered by the next
+//!   round's single fdatasync (group commit): fdatasyncs per second are bounded by the disk,
+//!   not the commit rate. The coordinator acknowledges the client only after `Ok`.
 //! - A round whose write finds the disk full (ENOSPC, EDQUOT) fails alone: whatever part of its
 //!   frames reached the file is cut off again, its writes resolve to [`StoreError::NoSpace`]
 //!   (nothing of them is stored; the coordinator answers the client with a retriable error),
@@ -86,14 +90,14 @@
 //!
 //! ## Compaction
 //!
-//! The sync thread keeps the live state (group → snapshot, (group, topic, partition) → offset)
+//! The store keeps the live state (group → snapshot, (group, topic, partition) → offset)
 //! as of the end of the file. After a round, when the file is larger than
 //! max([`COMPACT_MIN_BYTES`], 2 × its size after the last compaction or open), it rewrites it:
 //! the live state as one record per frame into `groups.log.tmp`, fdatasync, rename over
-//! `groups.log`, fsync the directory. Rounds and compactions run one after the other on the
-//! same thread, so writes queued during a compaction go into the new file after the live
-//! records: none is lost or reordered. A crash before the rename leaves the old file (and a
-//! tmp file that the next open deletes); after it, the new one. A failure before the rename
+//! `groups.log`, fsync the directory. A compaction is part of the round that grew the file, and
+//! rounds never overlap, so writes queued during a compaction go into the new file (in the
+//! next round), after the live records: none is lost or reordered. A crash before the rename
+//! leaves the old file (and a tmp file that the next open deletes); after it, the new one. A failure before the rename
 //! leaves the old file in use and is retried once the file has doubled again; a failed
 //! directory fsync after the rename fails the store (later writes would go to a file whose
 //! name might not survive a crash). Compaction is also checked once at open.
@@ -103,14 +107,15 @@
 //! - `mod.rs` (this file): the public types and [`GroupStore`] (open, write, close).
 //! - `encoding.rs`: frames and records, encoded and decoded in two steps.
 //! - `recovery.rs`: the live state and the replay at open (the recovery table above).
-//! - `disk.rs`: the file, owned by the sync thread: appends and compaction.
-//! - `sync.rs`: the sync thread: rounds, group commit, failing the store.
+//! - `disk.rs`: the file, touched only by the running round: appends and compaction.
+//! - `round.rs`: the store as a [`sluice_log::Syncable`]: what one round does, and failing
+//!   the round (full disk) or the store (any other I/O error, a panic).
 //! - `tests.rs`: unit tests, including the crash test.
 
 mod disk;
 mod encoding;
 mod recovery;
-mod sync;
+mod round;
 #[cfg(test)]
 mod tests;
 
@@ -122,15 +127,14 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 
-use sluice_log::DataDirSpace;
+use sluice_log::{CommitConfig, CommitHandle, DataDirSpace, FlushPolicy, GroupCommitter};
 use tokio::sync::oneshot;
 
 use disk::{CompactError, Disk};
 use encoding::{StoredRecord, encode_frame};
 use recovery::{Replayed, replay};
-use sync::{Shared, State, sync_loop};
+use round::{Batch, RoundState, Shared, State};
 
 const DIR_NAME: &str = "groups";
 const LOG_NAME: &str = "groups.log";
@@ -225,7 +229,7 @@ fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> S
     }
 }
 
-/// Why the sync thread did not store a write.
+/// Why a round did not store a write.
 #[derive(Debug, Clone)]
 enum Refusal {
     /// Its round found the disk full ([`StoreError::NoSpace`]).
@@ -234,7 +238,7 @@ enum Refusal {
     Failed(String),
 }
 
-/// What the sync thread sends each waiting write.
+/// What a round sends each waiting write.
 type Outcome = Result<(), Refusal>;
 
 /// A write's durability: resolves once the records are covered by an fdatasync.
@@ -281,9 +285,9 @@ impl Future for Pending {
                     Err(StoreError::NoSpace(message))
                 }
                 Poll::Ready(Ok(Err(Refusal::Failed(message)))) => Err(StoreError::Failed(message)),
-                // The sync thread dropped the sender without answering: it panicked.
+                // The sender was dropped without an answer: the store went away.
                 Poll::Ready(Err(_)) => Err(StoreError::Failed(
-                    "the sync thread stopped before the write was durable".into(),
+                    "the group store stopped before the write was durable".into(),
                 )),
             },
         };
@@ -298,11 +302,22 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(io_error("fsync directory", dir))
 }
 
+/// Settings of the committer [`GroupStore::open`] starts when the store has none to share:
+/// every round fdatasyncs at once, and one sync thread is enough for one file.
+const OWN_COMMIT_CONFIG: CommitConfig = CommitConfig {
+    policy: FlushPolicy::Always,
+    sync_threads: 1,
+};
+
 /// The durable store of consumer-group state (see the module doc).
 #[derive(Debug)]
 pub struct GroupStore {
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Schedules the store's rounds.
+    commit: CommitHandle,
+    /// The committer [`GroupStore::open`] started for this store alone (`None` when it shares
+    /// one); shut down by `close`, after the last round.
+    own_committer: Mutex<Option<GroupCommitter>>,
 }
 
 #[cfg(test)]
@@ -314,7 +329,8 @@ impl GroupStore {
 }
 
 impl GroupStore {
-    /// Opens (creating if needed) `<data_dir>/groups/`, replays it, starts the sync thread.
+    /// Opens (creating if needed) `<data_dir>/groups/` and replays it, with a committer of its
+    /// own (one sync thread) for its rounds. [`GroupStore::open_with_committer`] shares one.
     ///
     /// When it returns, everything in [`Recovered`] is durable; a damaged tail has been cut
     /// (and fsynced). Fails with [`StoreError::Io`] if the directory or file cannot be used,
@@ -323,8 +339,35 @@ impl GroupStore {
         Self::open_with(data_dir, COMPACT_MIN_BYTES)
     }
 
+    /// [`GroupStore::open`], with the store's rounds run by `committer`: the one the partition
+    /// logs of the same data directory use, so one set of sync threads and one flush policy
+    /// serve all of them. The committer may shut down before the store closes: later rounds
+    /// then run in the writing thread.
+    pub fn open_with_committer(
+        data_dir: &Path,
+        committer: &GroupCommitter,
+    ) -> Result<(GroupStore, Recovered), StoreError> {
+        Self::open_on(data_dir, committer.handle(), None, COMPACT_MIN_BYTES)
+    }
+
     fn open_with(
         data_dir: &Path,
+        compact_min_bytes: u64,
+    ) -> Result<(GroupStore, Recovered), StoreError> {
+        let committer =
+            GroupCommitter::start_with_space(OWN_COMMIT_CONFIG, DataDirSpace::for_dir(data_dir));
+        Self::open_on(
+            data_dir,
+            committer.handle(),
+            Some(committer),
+            compact_min_bytes,
+        )
+    }
+
+    fn open_on(
+        data_dir: &Path,
+        commit: CommitHandle,
+        own_committer: Option<GroupCommitter>,
         compact_min_bytes: u64,
     ) -> Result<(GroupStore, Recovered), StoreError> {
         let dir = data_dir.join(DIR_NAME);
@@ -432,21 +475,19 @@ impl GroupStore {
         let shared = Arc::new(Shared {
             path,
             state: Mutex::new(State::default()),
-            wake: Condvar::new(),
+            settled: Condvar::new(),
+            round: Mutex::new(RoundState {
+                disk,
+                batch: Batch::default(),
+            }),
+            queued: Default::default(),
             syncs: AtomicU64::new(0),
             compactions: AtomicU64::new(compactions),
         });
-        let thread = {
-            let shared = Arc::clone(&shared);
-            let path = shared.path.clone();
-            std::thread::Builder::new()
-                .name("sluice-groups-sync".into())
-                .spawn(move || sync_loop(&shared, disk))
-                .map_err(io_error("start the sync thread for", &path))?
-        };
         let store = GroupStore {
             shared,
-            thread: Mutex::new(Some(thread)),
+            commit,
+            own_committer: Mutex::new(own_committer),
         };
         Ok((store, recovered))
     }
@@ -495,15 +536,17 @@ impl GroupStore {
                 );
             }
         }
-        self.shared.wake.notify_one();
+        self.commit.request_sync(&self.shared);
         Pending {
             state: PendingState::Waiting(rx),
         }
     }
 
-    /// Waits for everything queued, stops the sync thread. Later writes fail.
+    /// Waits until everything queued is written (a round on the committer), then stops the
+    /// store's own committer, if it has one. Later writes fail.
     ///
-    /// Blocks the calling thread for up to one round and one compaction. Writes queued before
+    /// Blocks the calling thread for up to two rounds and a compaction (plus the flush
+    /// interval of a shared committer with `FlushPolicy::IntervalMs`). Writes queued before
     /// the call resolve as they would have (durable, or failed if the disk fails).
     pub fn close(&self) {
         self.stop();
@@ -522,16 +565,24 @@ impl GroupStore {
 
     fn stop(&self) {
         self.shared.lock().closing = true;
-        self.shared.wake.notify_all();
-        // Held while joining, so a concurrent `close` also waits for the flush.
-        let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(handle) = thread.take()
-            && handle.join().is_err()
-        {
-            tracing::error!(
-                path = %self.shared.path.display(),
-                "group store sync thread panicked"
-            );
+        // Held rounds (tests) are released by `closing`; this queues the last one.
+        self.commit.request_sync(&self.shared);
+        let mut st = self.shared.lock();
+        while !Shared::settled(&st) {
+            st = self
+                .shared
+                .settled
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(st);
+        // Held while shutting down, so a concurrent `close` also waits for it.
+        let mut own = self
+            .own_committer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(committer) = own.take() {
+            committer.shutdown();
         }
     }
 }

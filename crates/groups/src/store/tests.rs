@@ -15,17 +15,20 @@ use futures::FutureExt;
 use futures::executor::block_on;
 use serde_json::json;
 
-/// Test-only controls of the sync thread.
+/// Test-only controls of the store's rounds.
 #[derive(Default)]
 pub(super) struct Hooks {
-    /// Holds the sync thread before it takes the next batch.
+    /// Holds rounds back: a round finds nothing to take until this is cleared.
     pub(super) paused: bool,
+    /// Makes the next round panic after it took its batch.
+    pub(super) panic_next_round: bool,
     /// Makes the next round fail as if its write failed (nothing is written).
     pub(super) fail_next_round: bool,
     /// The disk has room for this many bytes per round: a round with more writes that many,
     /// then fails with ENOSPC. `None`: room enough.
     pub(super) room_bytes: Option<usize>,
-    /// Runs once, on the sync thread, between writing the compacted file and renaming it.
+    /// Runs once, in the round (on a sync thread), between writing the compacted file and
+    /// renaming it.
     pub(super) before_rename: Option<Box<dyn FnMut() + Send>>,
 }
 
@@ -33,6 +36,7 @@ impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hooks")
             .field("paused", &self.paused)
+            .field("panic_next_round", &self.panic_next_round)
             .field("fail_next_round", &self.fail_next_round)
             .field("room_bytes", &self.room_bytes)
             .field("before_rename", &self.before_rename.is_some())
@@ -43,7 +47,12 @@ impl std::fmt::Debug for Hooks {
 impl GroupStore {
     fn set_paused(&self, paused: bool) {
         self.shared.lock().hooks.paused = paused;
-        self.shared.wake.notify_all();
+        self.kick();
+    }
+
+    /// Requests a round, as a write does (after a hook changed).
+    fn kick(&self) {
+        self.commit.request_sync(&self.shared);
     }
 }
 
@@ -241,7 +250,7 @@ fn delete_semantics() {
 fn group_commit_shares_one_fdatasync() {
     let tmp = tempfile::tempdir().unwrap();
     let (store, _) = GroupStore::open(tmp.path()).unwrap();
-    // Queue many writes while the sync thread is held: they must share one round.
+    // Queue many writes while rounds are held: they must share one round.
     store.set_paused(true);
     let pendings: Vec<Pending> = (0..200)
         .map(|i| store.write(vec![set_offset("g", "t", i % 10, i64::from(i))]))
@@ -520,7 +529,7 @@ fn writes_during_compaction_survive_reopen() {
     }));
     let mut model = Live::default();
     let mut during = Vec::new();
-    // Write until the sync thread is inside a compaction (new file written, not renamed).
+    // Write until a round is inside a compaction (new file written, not renamed).
     // The write that finds it there cannot become durable until the compaction ends.
     for i in 0.. {
         assert!(i < 10_000, "no compaction started");
@@ -638,7 +647,7 @@ fn io_failure_fails_queued_and_later_writes() {
         st.hooks.fail_next_round = true;
         st.hooks.paused = false;
     }
-    store.shared.wake.notify_all();
+    store.kick();
     for p in [a, b] {
         let result = block_on(p);
         assert!(
@@ -692,6 +701,164 @@ fn a_full_disk_fails_that_round_only_and_writes_succeed_again_when_space_returns
 }
 
 // -----------------------------------------------------------------------------------------
+// The store on a shared committer: its rounds are scheduled like a partition's.
+// -----------------------------------------------------------------------------------------
+
+fn one_record_batch(value: &[u8]) -> Vec<u8> {
+    use sluice_log::batch::build::{Record, batch};
+    batch(
+        1_700_000_000_000,
+        &[Record {
+            timestamp_delta: 0,
+            key: None,
+            value: Some(value),
+        }],
+    )
+}
+
+#[test]
+fn a_write_is_acknowledged_only_after_the_fdatasync_of_its_round() {
+    let tmp = tempfile::tempdir().unwrap();
+    // An interval policy holds every round until the next tick: the write is queued, not
+    // durable, and must not resolve before its round's fdatasync.
+    let interval_ms = 300;
+    let committer = GroupCommitter::start(CommitConfig {
+        policy: FlushPolicy::IntervalMs(interval_ms),
+        sync_threads: 1,
+    });
+    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer).unwrap();
+    let len = file_len(tmp.path());
+    // Wait for a tick to pass, so the write lands at the start of an interval.
+    std::thread::sleep(Duration::from_millis(interval_ms + 20));
+    block_on(store.write(Vec::new())).unwrap();
+    let syncs = store.syncs();
+    let fdatasyncs = committer.stats().fdatasyncs;
+    let started = Instant::now();
+    let mut pending = store.write(vec![set_offset("g", "t", 0, 1)]);
+    std::thread::sleep(Duration::from_millis(50));
+    if started.elapsed() < Duration::from_millis(interval_ms / 2) {
+        assert!(
+            (&mut pending).now_or_never().is_none(),
+            "resolved before any round ran"
+        );
+        assert_eq!(store.syncs(), syncs);
+        assert_eq!(file_len(tmp.path()), len, "not even written yet");
+    }
+    block_on(pending).unwrap();
+    assert_eq!(
+        store.syncs(),
+        syncs + 1,
+        "resolved by exactly one fdatasync"
+    );
+    assert_eq!(
+        committer.stats().fdatasyncs,
+        fdatasyncs + 1,
+        "the committer counted the store's fdatasync"
+    );
+    assert!(file_len(tmp.path()) > len);
+    store.close();
+    committer.shutdown();
+    assert_eq!(reopen(tmp.path()).offsets["g"].len(), 1);
+}
+
+#[test]
+fn a_partition_and_the_store_share_one_committer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let committer = GroupCommitter::start(CommitConfig {
+        policy: FlushPolicy::Always,
+        sync_threads: 1,
+    });
+    let log = sluice_log::PartitionLog::open(
+        tmp.path().join("t-0"),
+        sluice_log::LogConfig::default(),
+        &committer,
+        Arc::new(sluice_log::SystemClock),
+    )
+    .unwrap();
+    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer).unwrap();
+    let store = Arc::new(store);
+    // Appends and commits interleave on the one sync thread.
+    let writer = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            for i in 0..100 {
+                write_ok(&store, vec![set_offset("g", "t", 0, i)]);
+            }
+        })
+    };
+    let mut last = None;
+    for i in 0..100 {
+        let appended = log.append(&one_record_batch(&[i])).unwrap();
+        last = Some(appended.wait_durable().unwrap());
+    }
+    writer.join().unwrap();
+    assert_eq!(log.high_watermark(), last.unwrap().last_offset + 1);
+    let stats = committer.stats();
+    assert!(
+        stats.fdatasyncs > store.syncs(),
+        "the committer counted both: {} fdatasyncs, {} of them the store's",
+        stats.fdatasyncs,
+        store.syncs()
+    );
+
+    // The committer shuts down first (as in the broker): rounds then run in the writer.
+    committer.shutdown();
+    write_ok(&store, vec![set_offset("g", "t", 0, 1000)]);
+    let appended = log.append(&one_record_batch(b"late")).unwrap();
+    assert!(appended.is_durable(), "synced inline");
+    store.close();
+    log.close().unwrap();
+    assert_eq!(
+        reopen(tmp.path()).offsets["g"][&("t".to_string(), 0)],
+        committed(1000)
+    );
+}
+
+#[test]
+fn a_panicking_round_fails_the_store_but_not_the_shared_sync_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let committer = GroupCommitter::start(CommitConfig {
+        policy: FlushPolicy::Always,
+        sync_threads: 1,
+    });
+    let log = sluice_log::PartitionLog::open(
+        tmp.path().join("t-0"),
+        sluice_log::LogConfig::default(),
+        &committer,
+        Arc::new(sluice_log::SystemClock),
+    )
+    .unwrap();
+    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer).unwrap();
+    write_ok(&store, vec![set_offset("g", "t", 0, 1)]);
+    store.shared.lock().hooks.panic_next_round = true;
+    let result = block_on(store.write(vec![set_offset("g", "t", 0, 2)]));
+    assert!(
+        matches!(&result, Err(StoreError::Failed(m)) if m.contains("panicked")),
+        "{result:?}"
+    );
+    let later = block_on(store.write(vec![set_offset("g", "t", 0, 3)]));
+    assert!(matches!(later, Err(StoreError::Failed(_))), "{later:?}");
+    // The only sync thread still serves the partition.
+    let appended = log.append(&one_record_batch(b"x")).unwrap();
+    let (durable_tx, durable_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = durable_tx.send(appended.wait_durable().is_ok());
+    });
+    assert_eq!(
+        durable_rx.recv_timeout(Duration::from_secs(10)),
+        Ok(true),
+        "the append became durable"
+    );
+    store.close();
+    log.close().unwrap();
+    committer.shutdown();
+    assert_eq!(
+        reopen(tmp.path()).offsets["g"][&("t".to_string(), 0)],
+        committed(1)
+    );
+}
+
+// -----------------------------------------------------------------------------------------
 // Crash test: the child is this test binary run again with `--exact` on `crash_child_writer`
 // and `SLUICE_GROUPS_CRASH_DIR` set (without it the child test is a no-op). Its writer
 // threads write offsets and snapshots and print each write that became durable; the parent
@@ -700,7 +867,7 @@ fn a_full_disk_fails_that_round_only_and_writes_succeed_again_when_space_returns
 // makes kills land in compactions too.
 // -----------------------------------------------------------------------------------------
 
-const CHILD_TEST: &str = "groups::store::tests::crash_child_writer";
+const CHILD_TEST: &str = "store::tests::crash_child_writer";
 const CHILD_DIR_ENV: &str = "SLUICE_GROUPS_CRASH_DIR";
 const CHILD_GENERATION_ENV: &str = "SLUICE_GROUPS_CRASH_GENERATION";
 const CRASH_ROUNDS: i64 = 5;
