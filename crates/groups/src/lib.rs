@@ -6,7 +6,10 @@
 //! - [`classic`]: the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup);
 //! - [`consumer`] + [`assignor`]: the KIP-848 protocol (ConsumerGroupHeartbeat) with
 //!   server-side assignment;
-//! - [`store`]: the durable file of committed offsets and group snapshots.
+//! - [`store`]: the durable file of committed offsets and group snapshots;
+//! - [`errors`]: [`GroupError`], why a request was refused, and the one map from it to Kafka
+//!   error codes ([`GroupError::code`]): the state machines and the coordinator answer with
+//!   `GroupError`s, never with raw codes.
 //!
 //! [`Coordinator`] owns every group behind one mutex (held only for in-memory work, never
 //! across an await), the requests parked until a rebalance answers them, and a timer task
@@ -33,13 +36,13 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use sluice_log::Clock;
-use sluice_protocol::kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use assignor::{AssignorKind, TopicInfo};
 use classic::{ClassicConfig, ClassicGroup};
 use consumer::{ConsumerConfig, ConsumerGroup};
+pub use errors::{GroupError, SharedStoreError};
 pub use store::{CommittedOffset, GroupRecord, GroupStore, StoreError};
 
 /// Kafka's `offset.metadata.max.bytes`: the longest metadata string a commit may carry.
@@ -111,8 +114,8 @@ pub struct ListedGroup {
 /// Committed offsets by topic: `(topic, [(partition, offset, if any)])`.
 pub type TopicOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
-/// Why a group request failed as a whole.
-pub type ErrorCode = i16;
+/// One outcome per partition, by topic: `(topic, [(partition, outcome)])`.
+pub type PartitionOutcomes = Vec<(String, Vec<(i32, Result<(), GroupError>)>)>;
 
 #[derive(Debug)]
 enum Kind {
@@ -193,7 +196,7 @@ struct Inner {
 }
 
 /// The outcome of a durable write shared by several waiters.
-type Durable = Shared<BoxFuture<'static, Result<(), String>>>;
+type Durable = Shared<BoxFuture<'static, Result<(), SharedStoreError>>>;
 
 /// Answers to deliver once the write they depend on (if any) is durable.
 #[derive(Default)]
@@ -209,21 +212,21 @@ impl Deliveries {
         if self.joins.is_empty() && self.syncs.is_empty() {
             return;
         }
-        let send = move |ok: bool| {
-            let unavailable = ResponseError::CoordinatorNotAvailable.code();
+        let send = move |stored: Result<(), SharedStoreError>| {
+            let failed = stored.err().map(GroupError::StateNotStored);
             for (tx, mut result) in self.joins {
-                if !ok {
+                if let Some(e) = &failed {
                     result = classic::JoinResult {
-                        error: unavailable,
+                        error: Some(e.clone()),
                         ..Default::default()
                     };
                 }
                 let _ = tx.send(result);
             }
             for (tx, mut result) in self.syncs {
-                if !ok {
+                if let Some(e) = &failed {
                     result = classic::SyncResult {
-                        error: unavailable,
+                        error: Some(e.clone()),
                         ..Default::default()
                     };
                 }
@@ -231,9 +234,9 @@ impl Deliveries {
             }
         };
         match self.durable {
-            None => send(true),
+            None => send(Ok(())),
             Some(durable) => {
-                tokio::spawn(async move { send(durable.await.is_ok()) });
+                tokio::spawn(async move { send(durable.await) });
             }
         }
     }
@@ -412,7 +415,7 @@ impl Coordinator {
             snapshot: Some(group.snapshot()),
         }]);
         pending
-            .map(|r| r.map_err(|e| e.to_string()))
+            .map(|r| r.map_err(SharedStoreError::from))
             .boxed()
             .shared()
     }
@@ -454,7 +457,7 @@ impl Coordinator {
         inner: &'a mut Inner,
         group_id: &str,
         want: GroupType,
-    ) -> Result<&'a mut Group, ErrorCode> {
+    ) -> Result<&'a mut Group, GroupError> {
         let groups_max = self.config.groups_max;
         let count = inner.groups.len();
         let new_kind = || match want {
@@ -472,7 +475,10 @@ impl Coordinator {
                 let group = e.into_mut();
                 if group.group_type() != want {
                     if !group.is_empty() {
-                        return Err(ResponseError::InconsistentGroupProtocol.code());
+                        return Err(GroupError::GroupTypeInUse {
+                            group_id: group_id.to_owned(),
+                            active: group.group_type(),
+                        });
                     }
                     group.kind = new_kind();
                 }
@@ -481,7 +487,7 @@ impl Coordinator {
             std::collections::hash_map::Entry::Vacant(e) => {
                 if count >= groups_max {
                     tracing::warn!(group = %group_id, groups_max, "refusing a new group: the broker's group limit is reached");
-                    return Err(ResponseError::GroupMaxSizeReached.code());
+                    return Err(GroupError::GroupsMaxReached { groups_max });
                 }
                 Ok(e.insert(Group::new(new_kind())))
             }
@@ -492,8 +498,8 @@ impl Coordinator {
     pub async fn join(&self, group_id: &str, req: classic::JoinRequest) -> classic::JoinResult {
         let wait_ms = i64::from(req.rebalance_timeout_ms.max(req.session_timeout_ms));
         let member_for_error = req.member_id.clone();
-        let error = |code| classic::JoinResult {
-            error: code,
+        let error = |e| classic::JoinResult {
+            error: Some(e),
             member_id: member_for_error.clone(),
             ..Default::default()
         };
@@ -501,32 +507,32 @@ impl Coordinator {
             let mut inner = self.lock();
             let group = match self.group_for(&mut inner, group_id, GroupType::Classic) {
                 Ok(g) => g,
-                Err(code) => return error(code),
+                Err(e) => return error(e),
             };
             let Kind::Classic(g) = &mut group.kind else {
-                return error(ResponseError::InconsistentGroupProtocol.code());
+                return error(not_classic(group_id));
             };
             let mut effects = Vec::new();
             let reply = g.join(self.clock.now_ms(), req, &mut effects);
             let reply = Answer::park(reply, &mut group.joins);
             (reply, self.classic_effects(group_id, group, effects))
         };
-        reply.deliver(deliveries, wait_ms, error).await
+        reply.deliver(group_id, deliveries, wait_ms, error).await
     }
 
     /// SyncGroup: answers when the leader's assignment is stored (or at once).
     pub async fn sync(&self, group_id: &str, req: classic::SyncRequest) -> classic::SyncResult {
-        let error = |code| classic::SyncResult {
-            error: code,
+        let error = |e| classic::SyncResult {
+            error: Some(e),
             ..Default::default()
         };
         let (reply, deliveries, wait_ms) = {
             let mut inner = self.lock();
             let Some(group) = inner.groups.get_mut(group_id) else {
-                return error(ResponseError::UnknownMemberId.code());
+                return error(GroupError::unknown_member(group_id, &req.member_id));
             };
             let Kind::Classic(g) = &mut group.kind else {
-                return error(ResponseError::InconsistentGroupProtocol.code());
+                return error(not_classic(group_id));
             };
             let wait_ms = i64::from(self.config.classic.session_timeout_max_ms);
             let mut effects = Vec::new();
@@ -538,65 +544,70 @@ impl Coordinator {
                 wait_ms,
             )
         };
-        reply.deliver(deliveries, wait_ms, error).await
+        reply.deliver(group_id, deliveries, wait_ms, error).await
     }
 
-    /// Heartbeat of a classic member: its error code.
+    /// Heartbeat of a classic member.
     pub async fn heartbeat(
         &self,
         group_id: &str,
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> ErrorCode {
-        let (code, deliveries) = {
+    ) -> Result<(), GroupError> {
+        let (outcome, deliveries) = {
             let mut inner = self.lock();
             let Some(group) = inner.groups.get_mut(group_id) else {
-                return ResponseError::UnknownMemberId.code();
+                return Err(GroupError::unknown_member(group_id, member_id));
             };
             let Kind::Classic(g) = &mut group.kind else {
-                return ResponseError::InconsistentGroupProtocol.code();
+                return Err(not_classic(group_id));
             };
             let mut effects = Vec::new();
-            let code = g.heartbeat(
+            let outcome = g.heartbeat(
                 self.clock.now_ms(),
                 member_id,
                 group_instance_id,
                 generation_id,
                 &mut effects,
             );
-            (code, self.classic_effects(group_id, group, effects))
+            (outcome, self.classic_effects(group_id, group, effects))
         };
         deliveries.send();
-        code
+        outcome
     }
 
-    /// LeaveGroup: the request's error code and one per member.
+    /// LeaveGroup: the request's outcome and one per member (none when the request failed
+    /// before looking at its members).
     pub async fn leave(
         &self,
         group_id: &str,
         members: &[classic::LeavingMember],
-    ) -> (ErrorCode, Vec<ErrorCode>) {
-        let (codes, deliveries) = {
+    ) -> (Result<(), GroupError>, Vec<Result<(), GroupError>>) {
+        let (outcomes, deliveries) = {
             let mut inner = self.lock();
             let Some(group) = inner.groups.get_mut(group_id) else {
-                return (ResponseError::UnknownMemberId.code(), Vec::new());
+                let member_id = members.first().map_or("", |m| m.member_id.as_str());
+                return (
+                    Err(GroupError::unknown_member(group_id, member_id)),
+                    Vec::new(),
+                );
             };
             let Kind::Classic(g) = &mut group.kind else {
-                return (ResponseError::InconsistentGroupProtocol.code(), Vec::new());
+                return (Err(not_classic(group_id)), Vec::new());
             };
             let mut effects = Vec::new();
-            let codes = g.leave(self.clock.now_ms(), members, &mut effects);
-            (codes, self.classic_effects(group_id, group, effects))
+            let outcomes = g.leave(self.clock.now_ms(), members, &mut effects);
+            (outcomes, self.classic_effects(group_id, group, effects))
         };
         let durable = deliveries.durable.clone();
         deliveries.send();
         if let Some(d) = durable
-            && d.await.is_err()
+            && let Err(e) = d.await
         {
-            return (ResponseError::CoordinatorNotAvailable.code(), codes);
+            return (Err(GroupError::StateNotStored(e)), outcomes);
         }
-        (0, codes)
+        (Ok(()), outcomes)
     }
 
     /// ConsumerGroupHeartbeat (KIP-848): answers after any change it made is durable.
@@ -606,9 +617,8 @@ impl Coordinator {
         req: consumer::HeartbeatRequest,
         topics: &BTreeMap<Uuid, TopicInfo>,
     ) -> consumer::HeartbeatResult {
-        let error = |code, message: String| consumer::HeartbeatResult {
-            error: code,
-            error_message: Some(message),
+        let error = |e| consumer::HeartbeatResult {
+            error: Some(e),
             heartbeat_interval_ms: self.config.consumer.heartbeat_interval_ms,
             ..Default::default()
         };
@@ -616,27 +626,13 @@ impl Coordinator {
             let mut inner = self.lock();
             let group = match self.group_for(&mut inner, group_id, GroupType::Consumer) {
                 Ok(g) => g,
-                Err(code) if code == ResponseError::GroupMaxSizeReached.code() => {
-                    return error(
-                        code,
-                        format!(
-                            "this broker already has its maximum of {} groups",
-                            self.config.groups_max
-                        ),
-                    );
-                }
-                Err(code) => {
-                    return error(
-                        code,
-                        format!("group {group_id} is a classic group with active members"),
-                    );
-                }
+                Err(e) => return error(e),
             };
             let Kind::Consumer(g) = &mut group.kind else {
-                return error(
-                    ResponseError::InconsistentGroupProtocol.code(),
-                    format!("group {group_id} is not a consumer group"),
-                );
+                return error(GroupError::NotGroupType {
+                    group_id: group_id.to_owned(),
+                    expected: GroupType::Consumer,
+                });
             };
             let mut effects = Vec::new();
             let result = g.heartbeat(self.clock.now_ms(), req, topics, &mut effects);
@@ -646,10 +642,7 @@ impl Coordinator {
         if let Some(d) = durable
             && let Err(e) = d.await
         {
-            return error(
-                ResponseError::CoordinatorNotAvailable.code(),
-                format!("group state could not be stored: {e}"),
-            );
+            return error(GroupError::StateNotStored(e));
         }
         result
     }
@@ -659,18 +652,18 @@ impl Coordinator {
         &self,
         group_id: &str,
         topics: &BTreeMap<Uuid, TopicInfo>,
-    ) -> Result<consumer::GroupDescription, (ErrorCode, String)> {
+    ) -> Result<consumer::GroupDescription, GroupError> {
         let inner = self.lock();
         match inner.groups.get(group_id).map(|g| &g.kind) {
             Some(Kind::Consumer(g)) => Ok(g.describe(topics)),
-            Some(Kind::Classic(_)) => Err((
-                ResponseError::GroupIdNotFound.code(),
-                format!("group {group_id} is not a consumer group"),
-            )),
-            None => Err((
-                ResponseError::GroupIdNotFound.code(),
-                format!("group {group_id} not found"),
-            )),
+            Some(Kind::Classic(_)) => Err(GroupError::GroupIdNotFound {
+                group_id: group_id.to_owned(),
+                expected: Some(GroupType::Consumer),
+            }),
+            None => Err(GroupError::GroupIdNotFound {
+                group_id: group_id.to_owned(),
+                expected: None,
+            }),
         }
     }
 
@@ -678,14 +671,14 @@ impl Coordinator {
     pub fn describe_classic(
         &self,
         group_id: &str,
-    ) -> Result<Option<classic::GroupDescription>, (ErrorCode, String)> {
+    ) -> Result<Option<classic::GroupDescription>, GroupError> {
         let inner = self.lock();
         match inner.groups.get(group_id).map(|g| &g.kind) {
             Some(Kind::Classic(g)) => Ok(Some(g.describe())),
-            Some(Kind::Consumer(_)) => Err((
-                ResponseError::GroupIdNotFound.code(),
-                format!("group {group_id} is not a classic group"),
-            )),
+            Some(Kind::Consumer(_)) => Err(GroupError::GroupIdNotFound {
+                group_id: group_id.to_owned(),
+                expected: Some(GroupType::Classic),
+            }),
             None => Ok(None),
         }
     }
@@ -710,17 +703,22 @@ impl Coordinator {
         groups
     }
 
-    /// DeleteGroups: one error code per group, after the deletions are durable.
-    pub async fn delete_groups(&self, group_ids: &[String]) -> Vec<ErrorCode> {
-        let mut codes = Vec::with_capacity(group_ids.len());
+    /// DeleteGroups: one outcome per group, after the deletions are durable.
+    pub async fn delete_groups(&self, group_ids: &[String]) -> Vec<Result<(), GroupError>> {
+        let mut outcomes = Vec::with_capacity(group_ids.len());
         let mut records = Vec::new();
         let mut removed = Vec::new();
         {
             let mut inner = self.lock();
             for id in group_ids {
-                let code = match inner.groups.get(id) {
-                    None => ResponseError::GroupIdNotFound.code(),
-                    Some(g) if !g.is_empty() => ResponseError::NonEmptyGroup.code(),
+                let outcome = match inner.groups.get(id) {
+                    None => Err(GroupError::GroupIdNotFound {
+                        group_id: id.clone(),
+                        expected: None,
+                    }),
+                    Some(g) if !g.is_empty() => Err(GroupError::NonEmptyGroup {
+                        group_id: id.clone(),
+                    }),
                     Some(_) => {
                         if let Some(group) = inner.groups.remove(id) {
                             removed.push((id.clone(), group));
@@ -729,10 +727,10 @@ impl Coordinator {
                             group: id.clone(),
                             snapshot: None,
                         });
-                        0
+                        Ok(())
                     }
                 };
-                codes.push(code);
+                outcomes.push(outcome);
             }
         }
         if !records.is_empty()
@@ -744,26 +742,26 @@ impl Coordinator {
             for (id, group) in removed {
                 inner.groups.entry(id).or_insert(group);
             }
-            let failed = errors::store_error_code(&e);
-            for code in &mut codes {
-                if *code == 0 {
-                    *code = failed;
+            let failed = GroupError::from(e);
+            for outcome in &mut outcomes {
+                if outcome.is_ok() {
+                    *outcome = Err(failed.clone());
                 }
             }
         }
-        codes
+        outcomes
     }
 
     /// OffsetCommit, after the per-partition checks: validates the committer against the
     /// group, applies the offsets and answers once they are durable.
-    pub async fn commit_offsets(
+    pub async fn commit(
         &self,
         group_id: &str,
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_or_epoch: i32,
         offsets: Vec<(String, i32, CommittedOffset)>,
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<(), GroupError> {
         let (pending, undo) = {
             let mut inner = self.lock();
             let simple = member_id.is_empty() && generation_or_epoch < 0;
@@ -775,10 +773,14 @@ impl Coordinator {
                     None => self.group_for(&mut inner, group_id, GroupType::Classic)?,
                 }
             } else {
+                // A member's commit to a group that does not exist: its generation is gone.
                 inner
                     .groups
                     .get_mut(group_id)
-                    .ok_or(ResponseError::IllegalGeneration.code())?
+                    .ok_or_else(|| GroupError::IllegalGeneration {
+                        group_id: group_id.to_owned(),
+                        generation_id: generation_or_epoch,
+                    })?
             };
             match &group.kind {
                 Kind::Classic(g) => {
@@ -812,7 +814,7 @@ impl Coordinator {
         };
         pending.await.map_err(|e| {
             self.undo_offsets(group_id, undo);
-            errors::store_error_code(&e)
+            GroupError::from(e)
         })
     }
 
@@ -838,12 +840,12 @@ impl Coordinator {
     /// OffsetFetch for one group: the committed offset of each asked partition (`None`:
     /// none committed), or of every partition with one when `partitions` is `None`.
     /// `member` (OffsetFetch v9+) is checked against a KIP-848 group.
-    pub fn fetch_offsets(
+    pub fn committed(
         &self,
         group_id: &str,
         member: Option<(&str, i32)>,
         partitions: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Result<TopicOffsets, ErrorCode> {
+    ) -> Result<TopicOffsets, GroupError> {
         let inner = self.lock();
         let group = inner.groups.get(group_id);
         if let (
@@ -884,21 +886,25 @@ impl Coordinator {
         })
     }
 
-    /// OffsetDelete: per partition NONE or GROUP_SUBSCRIBED_TO_TOPIC, after the deletions
-    /// are durable.
+    /// OffsetDelete: per partition `Ok` or [`GroupError::GroupSubscribedToTopic`], after the
+    /// deletions are durable.
     pub async fn delete_offsets(
         &self,
         group_id: &str,
         partitions: Vec<(String, Vec<i32>)>,
-    ) -> Result<Vec<(String, Vec<(i32, ErrorCode)>)>, ErrorCode> {
+    ) -> Result<PartitionOutcomes, GroupError> {
         let mut records = Vec::new();
         let mut undo = Vec::new();
         let results = {
             let mut inner = self.lock();
-            let group = inner
-                .groups
-                .get_mut(group_id)
-                .ok_or(ResponseError::GroupIdNotFound.code())?;
+            let group =
+                inner
+                    .groups
+                    .get_mut(group_id)
+                    .ok_or_else(|| GroupError::GroupIdNotFound {
+                        group_id: group_id.to_owned(),
+                        expected: None,
+                    })?;
             let subscribed = if group.is_empty() {
                 Vec::new()
             } else {
@@ -912,7 +918,11 @@ impl Coordinator {
                         .into_iter()
                         .map(|p| {
                             if busy {
-                                return (p, ResponseError::GroupSubscribedToTopic.code());
+                                let busy = GroupError::GroupSubscribedToTopic {
+                                    group_id: group_id.to_owned(),
+                                    topic: topic.clone(),
+                                };
+                                return (p, Err(busy));
                             }
                             let key = (topic.clone(), p);
                             if let Some(previous) = group.offsets.remove(&key) {
@@ -928,7 +938,7 @@ impl Coordinator {
                                     offset: None,
                                 });
                             }
-                            (p, 0)
+                            (p, Ok(()))
                         })
                         .collect();
                     (topic, codes)
@@ -939,7 +949,7 @@ impl Coordinator {
             && let Err(e) = self.store.write(records).await
         {
             self.undo_offsets(group_id, undo);
-            return Err(errors::store_error_code(&e));
+            return Err(e.into());
         }
         Ok(results)
     }
@@ -977,6 +987,42 @@ impl Coordinator {
     /// Stores every group's current state and stops the store.
     pub fn close(&self) {
         self.store.close();
+    }
+}
+
+/// The offset calls with their error as a Kafka code, for the HTTP API, which maps codes to
+/// HTTP statuses. They go through the one map ([`GroupError::code`]); new callers should use
+/// [`Coordinator::commit`] and [`Coordinator::committed`] and keep the error.
+impl Coordinator {
+    /// [`Coordinator::commit`], its error as a Kafka code.
+    pub async fn commit_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_or_epoch: i32,
+        offsets: Vec<(String, i32, CommittedOffset)>,
+    ) -> Result<(), i16> {
+        self.commit(
+            group_id,
+            member_id,
+            group_instance_id,
+            generation_or_epoch,
+            offsets,
+        )
+        .await
+        .map_err(|e| e.code())
+    }
+
+    /// [`Coordinator::committed`], its error as a Kafka code.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        member: Option<(&str, i32)>,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<TopicOffsets, i16> {
+        self.committed(group_id, member, partitions)
+            .map_err(|e| e.code())
     }
 }
 
@@ -1029,23 +1075,24 @@ impl<T> Answer<T> {
     }
 
     /// Sends the other members' answers, then this one: an answer given now waits for the
-    /// durable write its call made (COORDINATOR_NOT_AVAILABLE if it failed); a parked one waits
-    /// at most `wait_ms` plus slack (REBALANCE_IN_PROGRESS when it never comes: the member was
-    /// replaced by a newer request, or its group went away).
+    /// durable write its call made ([`GroupError::StateNotStored`] if it failed); a parked one
+    /// waits at most `wait_ms` plus slack ([`GroupError::RebalanceInProgress`] when it never
+    /// comes: the member was replaced by a newer request, or its group went away).
     async fn deliver(
         self,
+        group_id: &str,
         deliveries: Deliveries,
         wait_ms: i64,
-        error: impl Fn(ErrorCode) -> T,
+        error: impl Fn(GroupError) -> T,
     ) -> T {
         let durable = deliveries.durable.clone();
         deliveries.send();
         match self {
             Answer::Now(result) => {
                 if let Some(d) = durable
-                    && d.await.is_err()
+                    && let Err(e) = d.await
                 {
-                    return error(ResponseError::CoordinatorNotAvailable.code());
+                    return error(GroupError::StateNotStored(e));
                 }
                 result
             }
@@ -1053,10 +1100,20 @@ impl<T> Answer<T> {
                 let limit = Duration::from_millis((wait_ms.max(0) + PARKED_SLACK_MS) as u64);
                 match tokio::time::timeout(limit, rx).await {
                     Ok(Ok(result)) => result,
-                    _ => error(ResponseError::RebalanceInProgress.code()),
+                    _ => error(GroupError::RebalanceInProgress {
+                        group_id: group_id.to_owned(),
+                    }),
                 }
             }
         }
+    }
+}
+
+/// A classic request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) for a KIP-848 group.
+fn not_classic(group_id: &str) -> GroupError {
+    GroupError::NotGroupType {
+        group_id: group_id.to_owned(),
+        expected: GroupType::Classic,
     }
 }
 
@@ -1064,6 +1121,7 @@ impl<T> Answer<T> {
 mod refused_writes {
     use super::*;
     use sluice_log::SystemClock;
+    use sluice_protocol::kafka_protocol::ResponseError;
 
     fn offset(n: i64) -> CommittedOffset {
         CommittedOffset {
@@ -1076,7 +1134,7 @@ mod refused_writes {
 
     fn fetched(c: &Coordinator, group: &str) -> Option<i64> {
         let topics = c
-            .fetch_offsets(group, None, Some(vec![("t".to_owned(), vec![0])]))
+            .committed(group, None, Some(vec![("t".to_owned(), vec![0])]))
             .unwrap();
         topics[0].1[0].1.as_ref().map(|o| o.offset)
     }
@@ -1086,18 +1144,31 @@ mod refused_writes {
         let tmp = tempfile::tempdir().unwrap();
         let c =
             Coordinator::open(tmp.path(), GroupConfig::default(), Arc::new(SystemClock)).unwrap();
-        let commit = |n| c.commit_offsets("g", "", None, -1, vec![("t".to_owned(), 0, offset(n))]);
+        let commit = |n| c.commit("g", "", None, -1, vec![("t".to_owned(), 0, offset(n))]);
         commit(5).await.unwrap();
         // The disk fills: the commit is refused, and OffsetFetch still shows the last durable
         // offset, not the refused one.
         c.store.set_room_bytes(Some(3));
-        assert_eq!(commit(9).await, Err(ResponseError::NotCoordinator.code()));
+        let refused = commit(9).await.unwrap_err();
+        assert!(
+            matches!(&refused, GroupError::Store(e) if matches!(e.store_error(), StoreError::NoSpace(_))),
+            "{refused:?}"
+        );
+        assert_eq!(refused.code(), ResponseError::NotCoordinator.code());
         assert_eq!(fetched(&c, "g"), Some(5));
         let deleted = c.delete_offsets("g", vec![("t".to_owned(), vec![0])]).await;
-        assert_eq!(deleted.unwrap_err(), ResponseError::NotCoordinator.code());
+        assert_eq!(
+            deleted.unwrap_err().code(),
+            ResponseError::NotCoordinator.code()
+        );
         assert_eq!(fetched(&c, "g"), Some(5));
-        let codes = c.delete_groups(&["g".to_owned()]).await;
+        let outcomes = c.delete_groups(&["g".to_owned()]).await;
+        let codes: Vec<i16> = outcomes.iter().map(errors::result_code).collect();
         assert_eq!(codes, vec![ResponseError::NotCoordinator.code()]);
+        assert!(
+            std::error::Error::source(outcomes[0].as_ref().unwrap_err()).is_some(),
+            "the store error is kept as the source"
+        );
         assert_eq!(
             fetched(&c, "g"),
             Some(5),
@@ -1107,7 +1178,7 @@ mod refused_writes {
         c.store.set_room_bytes(None);
         commit(9).await.unwrap();
         assert_eq!(fetched(&c, "g"), Some(9));
-        assert_eq!(c.delete_groups(&["g".to_owned()]).await, vec![0]);
+        assert_eq!(c.delete_groups(&["g".to_owned()]).await, vec![Ok(())]);
         c.close();
     }
 }

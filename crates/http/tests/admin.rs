@@ -469,7 +469,7 @@ async fn commit_is_refused_while_the_group_has_members() {
             },
         )
         .await;
-    assert_eq!(joined.error, 0, "{joined:?}");
+    assert_eq!(joined.error, None, "{joined:?}");
     let answer = post_json(&api, "/groups/busy/offsets", commit).await;
     assert_error(&answer, 409, "group 'busy' has active members");
 

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::consumer_group_describe_response::{
     self as describe, DescribedGroup, Member,
 };
@@ -19,6 +18,7 @@ use super::{str_bytes, topic_name};
 use crate::Broker;
 use sluice_groups::assignor::{Assignment, TopicInfo};
 use sluice_groups::consumer;
+use sluice_groups::errors::GroupError;
 
 /// ConsumerGroupDescribe's `authorized_operations` when the client did not ask for them.
 const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
@@ -33,9 +33,10 @@ pub async fn heartbeat(
     client_host: String,
 ) -> ConsumerGroupHeartbeatResponse {
     let invalid = |message: &str| {
+        let refused = GroupError::InvalidRequest(message.to_owned());
         ConsumerGroupHeartbeatResponse::default()
-            .with_error_code(ResponseError::InvalidRequest.code())
-            .with_error_message(Some(str_bytes(message)))
+            .with_error_code(refused.code())
+            .with_error_message(Some(str_bytes(refused.to_string())))
     };
     let group_id = req.group_id.0.to_string();
     if group_id.is_empty() {
@@ -74,8 +75,8 @@ pub async fn heartbeat(
         .consumer_heartbeat(&group_id, request, &topics)
         .await;
     ConsumerGroupHeartbeatResponse::default()
-        .with_error_code(result.error)
-        .with_error_message(result.error_message.map(str_bytes))
+        .with_error_code(result.error_code())
+        .with_error_message(result.error_message().map(str_bytes))
         .with_member_id((!result.member_id.is_empty()).then(|| str_bytes(result.member_id)))
         .with_member_epoch(result.member_epoch)
         .with_heartbeat_interval_ms(result.heartbeat_interval_ms)
@@ -125,9 +126,9 @@ pub fn describe(
                 .with_group_id(id.clone())
                 .with_authorized_operations(operations);
             match broker.groups().describe_consumer(&id.0, &topics) {
-                Err((code, message)) => described
-                    .with_error_code(code)
-                    .with_error_message(Some(str_bytes(message)))
+                Err(e) => described
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(e.to_string())))
                     .with_group_state(str_bytes("Dead")),
                 Ok(d) => {
                     let members = d

@@ -1,8 +1,8 @@
 //! Classic group APIs and group administration: FindCoordinator, JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups. Each converts the wire
-//! request into the coordinator's types (`groups::classic`), and the answer back.
+//! request into the coordinator's types (`groups::classic`), and the answer back. Refusals
+//! are [`GroupError`]s, turned into Kafka codes by [`GroupError::code`] alone.
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use sluice_protocol::kafka_protocol::messages::describe_groups_response::{
     DescribedGroup, DescribedGroupMember,
@@ -22,6 +22,7 @@ use sluice_protocol::kafka_protocol::protocol::StrBytes;
 use super::str_bytes;
 use crate::Broker;
 use sluice_groups::classic;
+use sluice_groups::errors::{GroupError, NONE, result_code};
 
 /// FindCoordinator key types.
 const KEY_GROUP: i8 = 0;
@@ -42,24 +43,17 @@ pub fn find_coordinator(
 ) -> FindCoordinatorResponse {
     let cfg = broker.config();
     let answer = |key: &str| -> (i16, Option<String>) {
-        match req.key_type {
-            KEY_GROUP if key.is_empty() => (
-                ResponseError::InvalidRequest.code(),
-                Some("the group id is empty".to_owned()),
-            ),
-            KEY_GROUP => (0, None),
-            KEY_TRANSACTION => (
-                ResponseError::InvalidRequest.code(),
-                Some("this broker does not support transactions".to_owned()),
-            ),
-            other => (
-                ResponseError::InvalidRequest.code(),
-                Some(format!("unknown coordinator key type {other}")),
-            ),
-        }
+        let refused = match req.key_type {
+            KEY_GROUP if key.is_empty() => "the group id is empty".to_owned(),
+            KEY_GROUP => return (NONE, None),
+            KEY_TRANSACTION => "this broker does not support transactions".to_owned(),
+            other => format!("unknown coordinator key type {other}"),
+        };
+        let refused = GroupError::InvalidRequest(refused);
+        (refused.code(), Some(refused.to_string()))
     };
     let node = |error: i16| {
-        if error == 0 {
+        if error == NONE {
             (
                 BrokerId(cfg.node_id),
                 str_bytes(&cfg.advertised_host),
@@ -114,7 +108,7 @@ pub async fn join_group(
         response.protocol_name = Some(str_bytes(""));
     }
     if group_id.is_empty() {
-        return response.with_error_code(ResponseError::InvalidGroupId.code());
+        return response.with_error_code(GroupError::InvalidGroupId.code());
     }
     let join = classic::JoinRequest {
         member_id: req.member_id.to_string(),
@@ -137,7 +131,7 @@ pub async fn join_group(
         reason: opt(&req.reason),
     };
     let result = broker.groups().join(&group_id, join).await;
-    response.error_code = result.error;
+    response.error_code = result.error_code();
     response.generation_id = result.generation_id;
     response.member_id = str_bytes(result.member_id);
     response.leader = str_bytes(result.leader);
@@ -164,7 +158,7 @@ pub async fn join_group(
 pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
     let group_id = req.group_id.0.to_string();
     if group_id.is_empty() {
-        return SyncGroupResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+        return SyncGroupResponse::default().with_error_code(GroupError::InvalidGroupId.code());
     }
     let sync = classic::SyncRequest {
         member_id: req.member_id.to_string(),
@@ -180,7 +174,7 @@ pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) ->
     };
     let result = broker.groups().sync(&group_id, sync).await;
     let mut response = SyncGroupResponse::default()
-        .with_error_code(result.error)
+        .with_error_code(result.error_code())
         .with_assignment(result.assignment);
     if version >= 5 {
         response.protocol_type = result.protocol_type.map(str_bytes);
@@ -191,8 +185,8 @@ pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) ->
 
 pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
     let group_id = req.group_id.0.to_string();
-    let code = if group_id.is_empty() {
-        ResponseError::InvalidGroupId.code()
+    let outcome = if group_id.is_empty() {
+        Err(GroupError::InvalidGroupId)
     } else {
         broker
             .groups()
@@ -204,7 +198,7 @@ pub async fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatRespo
             )
             .await
     };
-    HeartbeatResponse::default().with_error_code(code)
+    HeartbeatResponse::default().with_error_code(result_code(&outcome))
 }
 
 pub async fn leave_group(
@@ -214,7 +208,7 @@ pub async fn leave_group(
 ) -> LeaveGroupResponse {
     let group_id = req.group_id.0.to_string();
     if group_id.is_empty() {
-        return LeaveGroupResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+        return LeaveGroupResponse::default().with_error_code(GroupError::InvalidGroupId.code());
     }
     let members: Vec<classic::LeavingMember> = if version >= 3 {
         req.members
@@ -230,7 +224,9 @@ pub async fn leave_group(
             group_instance_id: None,
         }]
     };
-    let (code, codes) = broker.groups().leave(&group_id, &members).await;
+    let (outcome, outcomes) = broker.groups().leave(&group_id, &members).await;
+    let code = result_code(&outcome);
+    let codes: Vec<i16> = outcomes.iter().map(result_code).collect();
     if version >= 3 {
         let responses = members
             .into_iter()
@@ -246,8 +242,8 @@ pub async fn leave_group(
             .with_error_code(code)
             .with_members(responses)
     } else {
-        let member_code = codes.first().copied().unwrap_or(0);
-        LeaveGroupResponse::default().with_error_code(if code != 0 { code } else { member_code })
+        let member_code = codes.first().copied().unwrap_or(NONE);
+        LeaveGroupResponse::default().with_error_code(if code != NONE { code } else { member_code })
     }
 }
 
@@ -310,15 +306,21 @@ pub fn describe_groups(
                         .with_protocol_data(str_bytes(d.protocol_name))
                         .with_members(members)
                 }
-                Ok(None) if version >= 6 => described
-                    .with_error_code(ResponseError::GroupIdNotFound.code())
-                    .with_error_message(Some(str_bytes(format!("group {} not found", id.0))))
-                    .with_group_state(str_bytes("Dead")),
+                Ok(None) if version >= 6 => {
+                    let missing = GroupError::GroupIdNotFound {
+                        group_id: id.0.to_string(),
+                        expected: None,
+                    };
+                    described
+                        .with_error_code(missing.code())
+                        .with_error_message(Some(str_bytes(missing.to_string())))
+                        .with_group_state(str_bytes("Dead"))
+                }
                 // Before v6 an unknown group is described as Dead, without an error.
                 Ok(None) => described.with_group_state(str_bytes("Dead")),
-                Err((code, message)) => described
-                    .with_error_code(code)
-                    .with_error_message((version >= 6).then(|| str_bytes(message)))
+                Err(e) => described
+                    .with_error_code(e.code())
+                    .with_error_message((version >= 6).then(|| str_bytes(e.to_string())))
                     .with_group_state(str_bytes("Dead")),
             }
         })
@@ -328,15 +330,15 @@ pub fn describe_groups(
 
 pub async fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let ids: Vec<String> = req.groups_names.iter().map(|g| g.0.to_string()).collect();
-    let codes = broker.groups().delete_groups(&ids).await;
+    let outcomes = broker.groups().delete_groups(&ids).await;
     let results = req
         .groups_names
         .into_iter()
-        .zip(codes)
-        .map(|(id, code)| {
+        .zip(outcomes)
+        .map(|(id, outcome)| {
             DeletableGroupResult::default()
                 .with_group_id(id)
-                .with_error_code(code)
+                .with_error_code(result_code(&outcome))
         })
         .collect();
     DeleteGroupsResponse::default().with_results(results)

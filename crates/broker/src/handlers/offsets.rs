@@ -2,8 +2,8 @@
 //!
 //! Per-partition checks (the topic and partition exist, the metadata fits) happen here; the
 //! coordinator checks the committer against its group and answers once the offsets are durable.
+//! Refusals are [`GroupError`]s, turned into Kafka codes by [`GroupError::code`] alone.
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -21,7 +21,11 @@ use sluice_protocol::kafka_protocol::messages::{
 
 use super::{str_bytes, topic_name};
 use crate::Broker;
+use sluice_groups::errors::{GroupError, NONE, result_code};
 use sluice_groups::{CommittedOffset, OFFSET_METADATA_MAX_BYTES, TopicOffsets};
+
+/// A partition of an OffsetCommit and why it is refused before the coordinator sees it.
+type PartitionRefusal = (i32, Option<GroupError>);
 
 /// Whether `topic` has partition `partition`.
 fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
@@ -38,8 +42,8 @@ pub async fn commit(
 ) -> OffsetCommitResponse {
     let group_id = req.group_id.0.to_string();
     let now = broker.clock().now_ms();
-    // (topic, partition, error code); code 0 = to be committed.
-    let mut results: Vec<(String, Vec<(i32, i16)>)> = Vec::with_capacity(req.topics.len());
+    // (topic, [(partition, refusal)]); no refusal = to be committed.
+    let mut results: Vec<(String, Vec<PartitionRefusal>)> = Vec::with_capacity(req.topics.len());
     let mut offsets = Vec::new();
     for t in &req.topics {
         let topic = t.name.0.to_string();
@@ -47,16 +51,19 @@ pub async fn commit(
             .partitions
             .iter()
             .map(|p| {
-                let code = if group_id.is_empty() {
-                    ResponseError::InvalidGroupId.code()
+                let metadata_bytes = p.committed_metadata.as_ref().map_or(0, |m| m.len());
+                let refused = if group_id.is_empty() {
+                    Some(GroupError::InvalidGroupId)
                 } else if !partition_exists(broker, &topic, p.partition_index) {
-                    ResponseError::UnknownTopicOrPartition.code()
-                } else if p
-                    .committed_metadata
-                    .as_ref()
-                    .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
-                {
-                    ResponseError::OffsetMetadataTooLarge.code()
+                    Some(GroupError::UnknownTopicOrPartition {
+                        topic: topic.clone(),
+                        partition: p.partition_index,
+                    })
+                } else if metadata_bytes > OFFSET_METADATA_MAX_BYTES {
+                    Some(GroupError::OffsetMetadataTooLarge {
+                        bytes: metadata_bytes,
+                        max_bytes: OFFSET_METADATA_MAX_BYTES,
+                    })
                 } else {
                     offsets.push((
                         topic.clone(),
@@ -72,40 +79,37 @@ pub async fn commit(
                             commit_timestamp_ms: now,
                         },
                     ));
-                    0
+                    None
                 };
-                (p.partition_index, code)
+                (p.partition_index, refused)
             })
             .collect();
         results.push((topic, parts));
     }
     let group_code = if group_id.is_empty() {
-        0
+        NONE
     } else {
-        match broker
+        let outcome = broker
             .groups()
-            .commit_offsets(
+            .commit(
                 &group_id,
                 &req.member_id,
                 req.group_instance_id.as_deref(),
                 req.generation_id_or_member_epoch,
                 offsets,
             )
-            .await
-        {
-            Ok(()) => 0,
-            Err(code) => code,
-        }
+            .await;
+        result_code(&outcome)
     };
     let topics = results
         .into_iter()
         .map(|(topic, parts)| {
             let partitions = parts
                 .into_iter()
-                .map(|(p, code)| {
+                .map(|(p, refused)| {
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(p)
-                        .with_error_code(if code == 0 { group_code } else { code })
+                        .with_error_code(refused.map_or(group_code, |e| e.code()))
                 })
                 .collect();
             OffsetCommitResponseTopic::default()
@@ -147,11 +151,11 @@ pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFe
     let lookup = |group_id: &str,
                   member: Option<(&str, i32)>,
                   asked: Option<Vec<(String, Vec<i32>)>>|
-     -> Result<TopicOffsets, i16> {
+     -> Result<TopicOffsets, GroupError> {
         if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId.code());
+            return Err(GroupError::InvalidGroupId);
         }
-        broker.groups().fetch_offsets(group_id, member, asked)
+        broker.groups().committed(group_id, member, asked)
     };
     if version >= 8 {
         let groups = req
@@ -171,7 +175,7 @@ pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFe
                 let response =
                     OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
                 match lookup(&g.group_id.0, member, asked) {
-                    Err(code) => response.with_error_code(code),
+                    Err(e) => response.with_error_code(e.code()),
                     Ok(found) => response.with_topics(fetched_topics!(
                         found,
                         OffsetFetchResponseTopics,
@@ -188,7 +192,7 @@ pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFe
             .collect()
     });
     match lookup(&req.group_id.0, None, asked) {
-        Err(code) => OffsetFetchResponse::default().with_error_code(code),
+        Err(e) => OffsetFetchResponse::default().with_error_code(e.code()),
         Ok(found) => OffsetFetchResponse::default().with_topics(fetched_topics!(
             found,
             OffsetFetchResponseTopic,
@@ -208,8 +212,7 @@ fn fields(o: Option<CommittedOffset>) -> (i64, i32, String) {
 pub async fn delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let group_id = req.group_id.0.to_string();
     if group_id.is_empty() {
-        return OffsetDeleteResponse::default()
-            .with_error_code(ResponseError::InvalidGroupId.code());
+        return OffsetDeleteResponse::default().with_error_code(GroupError::InvalidGroupId.code());
     }
     let mut unknown: Vec<(String, i32)> = Vec::new();
     let asked: Vec<(String, Vec<i32>)> = req
@@ -234,17 +237,21 @@ pub async fn delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteRe
         .collect();
     let deleted = match broker.groups().delete_offsets(&group_id, asked).await {
         Ok(d) => d,
-        Err(code) => return OffsetDeleteResponse::default().with_error_code(code),
+        Err(e) => return OffsetDeleteResponse::default().with_error_code(e.code()),
     };
     let code_of = |topic: &str, p: i32| -> i16 {
         if unknown.iter().any(|(t, q)| t == topic && *q == p) {
-            return ResponseError::UnknownTopicOrPartition.code();
+            let unknown = GroupError::UnknownTopicOrPartition {
+                topic: topic.to_owned(),
+                partition: p,
+            };
+            return unknown.code();
         }
         deleted
             .iter()
             .find(|(t, _)| t == topic)
             .and_then(|(_, parts)| parts.iter().find(|(q, _)| *q == p))
-            .map_or(0, |(_, code)| *code)
+            .map_or(NONE, |(_, outcome)| result_code(outcome))
     };
     let topics = req
         .topics

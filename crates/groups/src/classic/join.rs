@@ -2,19 +2,19 @@
 //! from preparing a rebalance to completing the join (new generation, leader, answers).
 
 use bytes::Bytes;
-use sluice_protocol::kafka_protocol::ResponseError;
 
 use super::{
     ClassicGroup, ClassicState, Effect, InitialDelay, JoinRequest, JoinResult, JoinedMember,
     Member, Reply, join_error, sync_error,
 };
-use crate::errors::NONE;
+use crate::errors::GroupError;
 
 // Join.
 impl ClassicGroup {
-    /// JoinGroup. Error results (e.g. UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL,
-    /// INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID, MEMBER_ID_REQUIRED)
-    /// come back as `Reply::Now`.
+    /// JoinGroup. Refusals (e.g. [`GroupError::UnknownMemberId`],
+    /// [`GroupError::InconsistentGroupProtocol`], [`GroupError::InvalidSessionTimeout`],
+    /// [`GroupError::GroupMaxSizeReached`], [`GroupError::FencedInstanceId`],
+    /// [`GroupError::MemberIdRequired`]) come back as `Reply::Now`.
     ///
     /// When this join ends the join phase itself (the last member rejoined, or the initial delay
     /// is 0), the caller's answer is `Reply::Now` and the other members' come as effects.
@@ -47,18 +47,17 @@ impl ClassicGroup {
         effects: &mut Vec<Effect>,
     ) -> Reply<JoinResult> {
         if self.state == ClassicState::Dead {
-            return Reply::Now(join_error(
-                &req.member_id,
-                ResponseError::CoordinatorNotAvailable.code(),
-            ));
+            return Reply::Now(join_error(&req.member_id, self.dead()));
         }
         if req.session_timeout_ms < self.config.session_timeout_min_ms
             || req.session_timeout_ms > self.config.session_timeout_max_ms
         {
-            return Reply::Now(join_error(
-                &req.member_id,
-                ResponseError::InvalidSessionTimeout.code(),
-            ));
+            let refused = GroupError::InvalidSessionTimeout {
+                timeout_ms: req.session_timeout_ms,
+                min_ms: self.config.session_timeout_min_ms,
+                max_ms: self.config.session_timeout_max_ms,
+            };
+            return Reply::Now(join_error(&req.member_id, refused));
         }
         if !self.accepts_joining(&req.member_id, req.group_instance_id.as_deref()) {
             // Kafka drops a refused member outright: it would only hold up the join phase.
@@ -67,7 +66,10 @@ impl ClassicGroup {
             } else if let Some(p) = self.pending_index(&req.member_id) {
                 self.remove_pending(now, p, effects);
             }
-            return Reply::Now(join_error("", ResponseError::GroupMaxSizeReached.code()));
+            let full = GroupError::GroupMaxSizeReached {
+                members_max: self.config.members_max,
+            };
+            return Reply::Now(join_error("", full));
         }
         if req.member_id.is_empty() {
             self.join_new_member(now, req, effects)
@@ -106,10 +108,7 @@ impl ClassicGroup {
             .and_then(|id| self.static_index(id));
         let replaced_id = replaced.map(|i| self.members[i].member_id.clone());
         if !self.supports_protocols(replaced_id.as_deref(), &req.protocol_type, &req.protocols) {
-            return Reply::Now(join_error(
-                "",
-                ResponseError::InconsistentGroupProtocol.code(),
-            ));
+            return Reply::Now(join_error("", self.inconsistent_protocol()));
         }
         let prefix = req.group_instance_id.as_deref().unwrap_or(&req.client_id);
         let member_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
@@ -119,7 +118,9 @@ impl ClassicGroup {
         if req.group_instance_id.is_none() && req.require_known_member_id {
             self.add_pending(now, member_id.clone(), req.session_timeout_ms, effects);
             return Reply::Now(JoinResult {
-                error: ResponseError::MemberIdRequired.code(),
+                error: Some(GroupError::MemberIdRequired {
+                    member_id: member_id.clone(),
+                }),
                 generation_id: -1,
                 member_id,
                 ..JoinResult::default()
@@ -136,10 +137,7 @@ impl ClassicGroup {
     ) -> Reply<JoinResult> {
         let member_id = req.member_id.clone();
         if !self.supports_protocols(Some(&member_id), &req.protocol_type, &req.protocols) {
-            return Reply::Now(join_error(
-                &member_id,
-                ResponseError::InconsistentGroupProtocol.code(),
-            ));
+            return Reply::Now(join_error(&member_id, self.inconsistent_protocol()));
         }
         if req.group_instance_id.is_none()
             && let Some(p) = self.pending_index(&member_id)
@@ -150,7 +148,7 @@ impl ClassicGroup {
         }
         let i = match self.validate_member(&member_id, req.group_instance_id.as_deref()) {
             Ok(i) => i,
-            Err(code) => return Reply::Now(join_error(&member_id, code)),
+            Err(e) => return Reply::Now(join_error(&member_id, e)),
         };
         let reason = format!(
             "member {member_id} rejoined in {}; client reason: {}",
@@ -180,10 +178,9 @@ impl ClassicGroup {
                     Reply::Now(self.current_join_result(i, false, false))
                 }
             }
-            ClassicState::Empty | ClassicState::Dead => Reply::Now(join_error(
-                &member_id,
-                ResponseError::UnknownMemberId.code(),
-            )),
+            ClassicState::Empty | ClassicState::Dead => {
+                Reply::Now(join_error(&member_id, self.unknown_member(&member_id)))
+            }
         }
     }
 
@@ -255,12 +252,13 @@ impl ClassicGroup {
         effects: &mut Vec<Effect>,
     ) -> Reply<JoinResult> {
         let old_id = std::mem::replace(&mut self.members[i].member_id, new_id.clone());
-        let fenced = ResponseError::FencedInstanceId.code();
+        let instance = req.group_instance_id.as_deref().unwrap_or_default();
+        let fenced = self.fenced_instance(&old_id, instance);
         let member = &mut self.members[i];
         if std::mem::take(&mut member.awaiting_join) {
             effects.push(Effect::Join {
                 member_id: old_id.clone(),
-                result: join_error(&old_id, fenced),
+                result: join_error(&old_id, fenced.clone()),
             });
         }
         if std::mem::take(&mut member.awaiting_sync) {
@@ -302,7 +300,7 @@ impl ClassicGroup {
     ) -> JoinResult {
         let member_id = self.members[i].member_id.clone();
         JoinResult {
-            error: NONE,
+            error: None,
             generation_id: self.generation_id,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
@@ -418,7 +416,9 @@ impl ClassicGroup {
                     m.refresh(now);
                     effects.push(Effect::Sync {
                         member_id: m.member_id.clone(),
-                        result: sync_error(ResponseError::RebalanceInProgress.code()),
+                        result: sync_error(GroupError::RebalanceInProgress {
+                            group_id: self.group_id.clone(),
+                        }),
                     });
                 }
             }
@@ -512,7 +512,7 @@ impl ClassicGroup {
                 effects.push(Effect::Join {
                     member_id: m.member_id.clone(),
                     result: JoinResult {
-                        error: NONE,
+                        error: None,
                         generation_id: self.generation_id,
                         protocol_type: self.protocol_type.clone(),
                         protocol_name: self.protocol_name.clone(),

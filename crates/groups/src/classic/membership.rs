@@ -1,18 +1,17 @@
 //! Heartbeat and LeaveGroup, member removal, pending member ids, and the timers that
 //! [`ClassicGroup::tick`] runs (sessions, pending ids, sync deadline, join phase).
 
-use sluice_protocol::kafka_protocol::ResponseError;
-
 use super::{
     ClassicGroup, ClassicState, Effect, InitialDelay, LeavingMember, Member, PENDING_MEMBERS_MAX,
     PendingMember, join_error, sync_error,
 };
-use crate::errors::NONE;
+use crate::errors::GroupError;
 
 // Membership: heartbeats, leaving, removal, pending ids, timers.
 impl ClassicGroup {
-    /// Heartbeat: the error code (NONE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
-    /// ILLEGAL_GENERATION, FENCED_INSTANCE_ID).
+    /// Heartbeat: `Ok`, or [`GroupError::RebalanceInProgress`] (rejoin),
+    /// [`GroupError::UnknownMemberId`], [`GroupError::IllegalGeneration`],
+    /// [`GroupError::FencedInstanceId`].
     pub fn heartbeat(
         &mut self,
         now: i64,
@@ -20,39 +19,36 @@ impl ClassicGroup {
         group_instance_id: Option<&str>,
         generation_id: i32,
         _effects: &mut Vec<Effect>,
-    ) -> i16 {
+    ) -> Result<(), GroupError> {
         if self.state == ClassicState::Dead {
-            return ResponseError::CoordinatorNotAvailable.code();
+            return Err(self.dead());
         }
-        let i = match self.validate_member(member_id, group_instance_id) {
-            Ok(i) => i,
-            Err(code) => return code,
-        };
+        let i = self.validate_member(member_id, group_instance_id)?;
         if generation_id != self.generation_id {
-            return ResponseError::IllegalGeneration.code();
+            return Err(self.illegal_generation(generation_id));
         }
         match self.state {
-            ClassicState::Empty | ClassicState::Dead => ResponseError::UnknownMemberId.code(),
+            ClassicState::Empty | ClassicState::Dead => Err(self.unknown_member(member_id)),
             ClassicState::PreparingRebalance => {
                 self.members[i].refresh(now);
-                ResponseError::RebalanceInProgress.code()
+                Err(self.rebalancing())
             }
             ClassicState::CompletingRebalance | ClassicState::Stable => {
                 self.members[i].refresh(now);
-                NONE
+                Ok(())
             }
         }
     }
 
-    /// LeaveGroup: one error code per member, in order.
+    /// LeaveGroup: one outcome per member, in order.
     pub fn leave(
         &mut self,
         now: i64,
         members: &[LeavingMember],
         effects: &mut Vec<Effect>,
-    ) -> Vec<i16> {
+    ) -> Vec<Result<(), GroupError>> {
         if self.state == ClassicState::Dead {
-            return vec![ResponseError::CoordinatorNotAvailable.code(); members.len()];
+            return vec![Err(self.dead()); members.len()];
         }
         members
             .iter()
@@ -89,11 +85,11 @@ impl ClassicGroup {
     /// UNKNOWN_MEMBER_ID (so that a live client joins afresh), and the lead passes on.
     pub(super) fn detach_member(&mut self, i: usize, effects: &mut Vec<Effect>) -> Member {
         let member = self.members.remove(i);
-        let unknown = ResponseError::UnknownMemberId.code();
+        let unknown = self.unknown_member(&member.member_id);
         if member.awaiting_join {
             effects.push(Effect::Join {
                 member_id: member.member_id.clone(),
-                result: join_error("", unknown),
+                result: join_error("", unknown.clone()),
             });
         }
         if member.awaiting_sync {
@@ -156,29 +152,31 @@ impl ClassicGroup {
         self.maybe_complete_join(now, effects);
     }
 
-    fn leave_one(&mut self, now: i64, leaving: &LeavingMember, effects: &mut Vec<Effect>) -> i16 {
+    fn leave_one(
+        &mut self,
+        now: i64,
+        leaving: &LeavingMember,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), GroupError> {
         let instance = leaving.group_instance_id.as_deref();
         if leaving.member_id.is_empty() {
             // LeaveGroup v3+ lets an admin remove a static member by its instance id alone.
-            return match instance.and_then(|id| self.static_index(id)) {
-                Some(i) => {
-                    self.remove_member(now, i, "left the group (by instance id)", effects);
-                    NONE
-                }
-                None => ResponseError::UnknownMemberId.code(),
+            let Some(i) = instance.and_then(|id| self.static_index(id)) else {
+                return Err(GroupError::UnknownMemberId(format!(
+                    "Instance id {} is unknown.",
+                    instance.unwrap_or_default()
+                )));
             };
+            self.remove_member(now, i, "left the group (by instance id)", effects);
+            return Ok(());
         }
         if let Some(p) = self.pending_index(&leaving.member_id) {
             self.remove_pending(now, p, effects);
-            return NONE;
+            return Ok(());
         }
-        match self.validate_member(&leaving.member_id, instance) {
-            Ok(i) => {
-                self.remove_member(now, i, "left the group", effects);
-                NONE
-            }
-            Err(code) => code,
-        }
+        let i = self.validate_member(&leaving.member_id, instance)?;
+        self.remove_member(now, i, "left the group", effects);
+        Ok(())
     }
 
     fn expire_pending(&mut self, now: i64, effects: &mut Vec<Effect>) {

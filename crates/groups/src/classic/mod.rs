@@ -1,7 +1,7 @@
 //! The classic consumer-group protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) as a
 //! pure state machine: every call takes `now` (ms since the epoch) and returns what to answer;
 //! answers that must wait for a rebalance come out later as [`Effect`]s. No I/O, no clock, no
-//! tasks: the coordinator (`groups/mod.rs`) owns the waiting requests and the timer that calls
+//! tasks: the coordinator (`lib.rs`) owns the waiting requests and the timer that calls
 //! [`ClassicGroup::tick`].
 //!
 //! The behaviour follows Apache Kafka's classic group coordinator, including static membership
@@ -81,9 +81,10 @@ use std::collections::BTreeSet;
 
 use bytes::{Buf, Bytes};
 use serde::{Deserialize, Serialize};
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::ConsumerProtocolSubscription;
 use sluice_protocol::kafka_protocol::protocol::Decodable;
+
+use crate::errors::{self, GroupError};
 
 /// How long a brand-new member's JoinGroup may stay parked. Its client cannot heartbeat (it has
 /// no member id yet) and a client that gave up and retried would otherwise leave a defunct
@@ -161,7 +162,9 @@ pub struct JoinRequest {
 /// A JoinGroup answer. `members` is filled for the leader only.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JoinResult {
-    pub error: i16,
+    /// Why the join was refused (`None`: joined). [`GroupError::MemberIdRequired`] comes with
+    /// the new `member_id`.
+    pub error: Option<GroupError>,
     pub generation_id: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -192,10 +195,25 @@ pub struct SyncRequest {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SyncResult {
-    pub error: i16,
+    /// Why the sync was refused (`None`: `assignment` is the member's).
+    pub error: Option<GroupError>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
+}
+
+impl JoinResult {
+    /// The Kafka error code of [`JoinResult::error`].
+    pub fn error_code(&self) -> i16 {
+        errors::error_code(self.error.as_ref())
+    }
+}
+
+impl SyncResult {
+    /// The Kafka error code of [`SyncResult::error`].
+    pub fn error_code(&self) -> i16 {
+        errors::error_code(self.error.as_ref())
+    }
 }
 
 /// A LeaveGroup member: by member id, or (v3+) by group instance id.
@@ -438,7 +456,7 @@ impl ClassicGroup {
         self.sync_deadline = None;
     }
 
-    /// OffsetCommit/TxnOffsetCommit check: `Ok` or the error code. `generation_id < 0` with an
+    /// OffsetCommit/TxnOffsetCommit check: `Ok` or why not. `generation_id < 0` with an
     /// empty member id is an "admin" commit, allowed only while the group is Empty.
     ///
     /// As in Kafka, members may commit during `PreparingRebalance` (a consumer commits what it
@@ -448,9 +466,9 @@ impl ClassicGroup {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> Result<(), i16> {
+    ) -> Result<(), GroupError> {
         if self.state == ClassicState::Dead {
-            return Err(ResponseError::CoordinatorNotAvailable.code());
+            return Err(self.dead());
         }
         if generation_id < 0 && self.state == ClassicState::Empty {
             return Ok(());
@@ -458,14 +476,17 @@ impl ClassicGroup {
         if generation_id >= 0 || !member_id.is_empty() || group_instance_id.is_some() {
             self.validate_member(member_id, group_instance_id)?;
             if generation_id != self.generation_id {
-                return Err(ResponseError::IllegalGeneration.code());
+                return Err(self.illegal_generation(generation_id));
             }
         } else {
             // No member id and no generation: only a group without members takes those.
-            return Err(ResponseError::UnknownMemberId.code());
+            return Err(GroupError::UnknownMemberId(format!(
+                "group {} has members: a commit without a member id is refused",
+                self.group_id
+            )));
         }
         if self.state == ClassicState::CompletingRebalance {
-            return Err(ResponseError::RebalanceInProgress.code());
+            return Err(self.rebalancing());
         }
         Ok(())
     }
@@ -570,33 +591,74 @@ impl ClassicGroup {
         &self,
         member_id: &str,
         group_instance_id: Option<&str>,
-    ) -> Result<usize, i16> {
+    ) -> Result<usize, GroupError> {
         if let Some(instance) = group_instance_id {
             return match self.static_index(instance) {
-                None => Err(ResponseError::UnknownMemberId.code()),
+                None => Err(GroupError::UnknownMemberId(format!(
+                    "Instance id {instance} is unknown."
+                ))),
                 Some(i) if self.members[i].member_id != member_id => {
-                    Err(ResponseError::FencedInstanceId.code())
+                    Err(self.fenced_instance(member_id, instance))
                 }
                 Some(i) => Ok(i),
             };
         }
         self.index(member_id)
-            .ok_or(ResponseError::UnknownMemberId.code())
+            .ok_or_else(|| self.unknown_member(member_id))
     }
 }
 
-fn join_error(member_id: &str, error: i16) -> JoinResult {
+// Errors, with the group's context.
+impl ClassicGroup {
+    fn dead(&self) -> GroupError {
+        GroupError::GroupDead {
+            group_id: self.group_id.clone(),
+        }
+    }
+
+    fn unknown_member(&self, member_id: &str) -> GroupError {
+        GroupError::unknown_member(&self.group_id, member_id)
+    }
+
+    fn illegal_generation(&self, generation_id: i32) -> GroupError {
+        GroupError::IllegalGeneration {
+            group_id: self.group_id.clone(),
+            generation_id,
+        }
+    }
+
+    fn rebalancing(&self) -> GroupError {
+        GroupError::RebalanceInProgress {
+            group_id: self.group_id.clone(),
+        }
+    }
+
+    fn inconsistent_protocol(&self) -> GroupError {
+        GroupError::InconsistentGroupProtocol {
+            group_id: self.group_id.clone(),
+        }
+    }
+
+    fn fenced_instance(&self, member_id: &str, instance: &str) -> GroupError {
+        GroupError::FencedInstanceId(format!(
+            "Static member {member_id} with instance id {instance} was fenced: the instance \
+             rejoined under another member id."
+        ))
+    }
+}
+
+fn join_error(member_id: &str, error: GroupError) -> JoinResult {
     JoinResult {
-        error,
+        error: Some(error),
         generation_id: -1,
         member_id: member_id.to_string(),
         ..JoinResult::default()
     }
 }
 
-fn sync_error(error: i16) -> SyncResult {
+fn sync_error(error: GroupError) -> SyncResult {
     SyncResult {
-        error,
+        error: Some(error),
         ..SyncResult::default()
     }
 }

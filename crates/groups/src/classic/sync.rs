@@ -3,10 +3,8 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use sluice_protocol::kafka_protocol::ResponseError;
 
 use super::{ClassicGroup, ClassicState, Effect, Reply, SyncRequest, SyncResult, sync_error};
-use crate::errors::NONE;
 
 // Sync.
 impl ClassicGroup {
@@ -20,14 +18,14 @@ impl ClassicGroup {
         effects: &mut Vec<Effect>,
     ) -> Reply<SyncResult> {
         if self.state == ClassicState::Dead {
-            return Reply::Now(sync_error(ResponseError::CoordinatorNotAvailable.code()));
+            return Reply::Now(sync_error(self.dead()));
         }
         let i = match self.validate_member(&req.member_id, req.group_instance_id.as_deref()) {
             Ok(i) => i,
-            Err(code) => return Reply::Now(sync_error(code)),
+            Err(e) => return Reply::Now(sync_error(e)),
         };
         if req.generation_id != self.generation_id {
-            return Reply::Now(sync_error(ResponseError::IllegalGeneration.code()));
+            return Reply::Now(sync_error(self.illegal_generation(req.generation_id)));
         }
         let type_differs = req
             .protocol_type
@@ -38,15 +36,13 @@ impl ClassicGroup {
             .as_ref()
             .is_some_and(|n| self.protocol_name.as_ref() != Some(n));
         if type_differs || name_differs {
-            return Reply::Now(sync_error(ResponseError::InconsistentGroupProtocol.code()));
+            return Reply::Now(sync_error(self.inconsistent_protocol()));
         }
         match self.state {
             ClassicState::Empty | ClassicState::Dead => {
-                Reply::Now(sync_error(ResponseError::UnknownMemberId.code()))
+                Reply::Now(sync_error(self.unknown_member(&req.member_id)))
             }
-            ClassicState::PreparingRebalance => {
-                Reply::Now(sync_error(ResponseError::RebalanceInProgress.code()))
-            }
+            ClassicState::PreparingRebalance => Reply::Now(sync_error(self.rebalancing())),
             ClassicState::CompletingRebalance => {
                 self.note_synced(now, i);
                 if self.is_leader(&req.member_id) {
@@ -94,7 +90,7 @@ impl ClassicGroup {
                 effects.push(Effect::Sync {
                     member_id: m.member_id.clone(),
                     result: SyncResult {
-                        error: NONE,
+                        error: None,
                         protocol_type: protocol_type.clone(),
                         protocol_name: protocol_name.clone(),
                         assignment: m.assignment.clone(),
@@ -116,7 +112,7 @@ impl ClassicGroup {
 
     fn sync_ok(&self, assignment: Bytes) -> SyncResult {
         SyncResult {
-            error: NONE,
+            error: None,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
             assignment,

@@ -4,8 +4,10 @@
 use bytes::{BufMut, BytesMut};
 use sluice_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
 
+use sluice_protocol::kafka_protocol::ResponseError;
+
 use super::*;
-use crate::errors::NONE;
+use crate::errors::{NONE, result_code};
 
 mod join;
 mod membership;
@@ -16,6 +18,73 @@ const REBALANCE_MS: i32 = 30_000;
 
 fn code(e: ResponseError) -> i16 {
     e.code()
+}
+
+/// What a client sees of an outcome: its Kafka error code(s).
+trait Coded {
+    type Code;
+    fn code(&self) -> Self::Code;
+}
+
+impl Coded for Result<(), GroupError> {
+    type Code = i16;
+    fn code(&self) -> i16 {
+        result_code(self)
+    }
+}
+
+impl Coded for Vec<Result<(), GroupError>> {
+    type Code = Vec<i16>;
+    fn code(&self) -> Vec<i16> {
+        self.iter().map(result_code).collect()
+    }
+}
+
+/// A refused SyncGroup as the client sees it: the code, and an otherwise empty answer.
+fn sync_error(code: i16) -> (i16, SyncResult) {
+    (code, SyncResult::default())
+}
+
+/// A refused JoinGroup as the client sees it.
+fn join_error(member_id: &str, code: i16) -> (i16, JoinResult) {
+    (
+        code,
+        JoinResult {
+            generation_id: -1,
+            member_id: member_id.to_owned(),
+            ..JoinResult::default()
+        },
+    )
+}
+
+fn coded_sync(result: SyncResult) -> (i16, SyncResult) {
+    let code = result.error_code();
+    (
+        code,
+        SyncResult {
+            error: None,
+            ..result
+        },
+    )
+}
+
+fn coded_join(result: JoinResult) -> (i16, JoinResult) {
+    let code = result.error_code();
+    (
+        code,
+        JoinResult {
+            error: None,
+            ..result
+        },
+    )
+}
+
+/// A SyncGroup reply with its error as the code.
+fn now_sync(reply: Reply<SyncResult>) -> Reply<(i16, SyncResult)> {
+    match reply {
+        Reply::Now(result) => Reply::Now(coded_sync(result)),
+        Reply::Later { member_id } => Reply::Later { member_id },
+    }
 }
 
 fn config(initial_rebalance_delay_ms: i64, members_max: usize) -> ClassicConfig {
@@ -100,6 +169,22 @@ fn joins(effects: &[Effect]) -> Vec<(String, JoinResult)> {
         .collect()
 }
 
+/// [`joins`] with their errors as codes.
+fn join_codes(effects: &[Effect]) -> Vec<(String, (i16, JoinResult))> {
+    joins(effects)
+        .into_iter()
+        .map(|(id, result)| (id, coded_join(result)))
+        .collect()
+}
+
+/// [`syncs`] with their errors as codes.
+fn sync_codes(effects: &[Effect]) -> Vec<(String, (i16, SyncResult))> {
+    syncs(effects)
+        .into_iter()
+        .map(|(id, result)| (id, coded_sync(result)))
+        .collect()
+}
+
 fn syncs(effects: &[Effect]) -> Vec<(String, SyncResult)> {
     effects
         .iter()
@@ -112,7 +197,7 @@ fn syncs(effects: &[Effect]) -> Vec<(String, SyncResult)> {
 
 fn sync_ok(assignment: Bytes) -> SyncResult {
     SyncResult {
-        error: NONE,
+        error: None,
         protocol_type: Some("consumer".into()),
         protocol_name: Some("range".into()),
         assignment,

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use regex::Regex;
-use sluice_protocol::kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::reconcile::{is_subset, owns_as_told};
@@ -13,25 +12,11 @@ use super::{
     MemberState, REBALANCE_TIMEOUT_UNSET, TEMPORARY_LEAVE_EPOCH, compile_regex,
 };
 use crate::assignor::{Assignment, AssignorKind, TopicInfo};
+use crate::errors::GroupError;
 
-/// A refused heartbeat: the Kafka error and its message.
-#[derive(Debug)]
-struct Refusal {
-    error: ResponseError,
-    message: String,
-}
-
-impl Refusal {
-    fn new(error: ResponseError, message: impl Into<String>) -> Refusal {
-        Refusal {
-            error,
-            message: message.into(),
-        }
-    }
-
-    fn invalid(message: &str) -> Refusal {
-        Refusal::new(ResponseError::InvalidRequest, message)
-    }
+/// A malformed heartbeat, in Kafka's words.
+fn invalid(message: &str) -> GroupError {
+    GroupError::InvalidRequest(message.to_owned())
 }
 
 /// How a joining or heartbeating request maps onto the group's members.
@@ -46,11 +31,13 @@ enum Resolved {
 
 impl ConsumerGroup {
     /// One heartbeat. `topics` is the broker's current topic metadata by id (for resolving
-    /// names/regex and for noticing partition-count changes). Errors (UNKNOWN_MEMBER_ID,
-    /// FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED,
-    /// UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, INVALID_REGULAR_EXPRESSION, and
-    /// FENCED_INSTANCE_ID for a static member id that lost its instance id) are in the
-    /// result. A refused request changes nothing.
+    /// names/regex and for noticing partition-count changes). Refusals
+    /// ([`GroupError::UnknownMemberId`], [`GroupError::FencedMemberEpoch`],
+    /// [`GroupError::UnreleasedInstanceId`], [`GroupError::GroupMaxSizeReached`],
+    /// [`GroupError::UnsupportedAssignor`], [`GroupError::InvalidRequest`],
+    /// [`GroupError::InvalidRegularExpression`], and [`GroupError::FencedInstanceId`] for a
+    /// static member id that lost its instance id) are in the result. A refused request
+    /// changes nothing.
     pub fn heartbeat(
         &mut self,
         now: i64,
@@ -70,8 +57,7 @@ impl ConsumerGroup {
         };
         self.flush(effects);
         result.unwrap_or_else(|refusal| HeartbeatResult {
-            error: refusal.error.code(),
-            error_message: Some(refusal.message),
+            error: Some(refusal),
             member_id,
             member_epoch: 0,
             heartbeat_interval_ms: self.config.heartbeat_interval_ms,
@@ -80,7 +66,7 @@ impl ConsumerGroup {
     }
 
     /// Epoch -1 (leave) or -2 (static member's temporary leave).
-    fn leave(&mut self, now: i64, req: &HeartbeatRequest) -> Result<HeartbeatResult, Refusal> {
+    fn leave(&mut self, now: i64, req: &HeartbeatRequest) -> Result<HeartbeatResult, GroupError> {
         let member_id = match &req.instance_id {
             Some(instance) => {
                 let member_id = self.static_member(instance, &req.member_id)?;
@@ -120,36 +106,26 @@ impl ConsumerGroup {
     }
 
     /// The static member holding `instance`, which must be `member_id`.
-    fn static_member(&self, instance: &str, member_id: &str) -> Result<&str, Refusal> {
+    fn static_member(&self, instance: &str, member_id: &str) -> Result<&str, GroupError> {
         let Some(holder) = self.static_members.get(instance) else {
-            return Err(Refusal::new(
-                ResponseError::UnknownMemberId,
-                format!("Instance id {instance} is unknown."),
-            ));
+            return Err(GroupError::UnknownMemberId(format!(
+                "Instance id {instance} is unknown."
+            )));
         };
         if holder != member_id {
-            return Err(Refusal::new(
-                ResponseError::FencedInstanceId,
-                format!(
-                    "Static member {member_id} with instance id {instance} was fenced by member {holder}."
-                ),
-            ));
+            return Err(GroupError::FencedInstanceId(format!(
+                "Static member {member_id} with instance id {instance} was fenced by member {holder}."
+            )));
         }
         Ok(holder)
     }
 
-    fn unknown_member(&self, member_id: &str) -> Refusal {
-        Refusal::new(
-            ResponseError::UnknownMemberId,
-            format!(
-                "Member {member_id} is not a member of group {}.",
-                self.group_id
-            ),
-        )
+    fn unknown_member(&self, member_id: &str) -> GroupError {
+        GroupError::unknown_member(&self.group_id, member_id)
     }
 
     /// Who a join (epoch 0) or regular heartbeat is from; checks its epoch.
-    fn resolve(&self, member_id: &str, req: &HeartbeatRequest) -> Result<Resolved, Refusal> {
+    fn resolve(&self, member_id: &str, req: &HeartbeatRequest) -> Result<Resolved, GroupError> {
         let joining = req.member_epoch == JOIN_EPOCH;
         let existing = |id: &str| {
             if self.members.contains_key(id) {
@@ -164,12 +140,9 @@ impl ConsumerGroup {
                 Some(holder) if holder == member_id => Ok(Resolved::Existing),
                 Some(holder) => {
                     if self.members[holder].epoch != TEMPORARY_LEAVE_EPOCH {
-                        return Err(Refusal::new(
-                            ResponseError::UnreleasedInstanceId,
-                            format!(
-                                "Static member {member_id} with instance id {instance} cannot join the group because the instance id is owned by {holder} member."
-                            ),
-                        ));
+                        return Err(GroupError::UnreleasedInstanceId(format!(
+                            "Static member {member_id} with instance id {instance} cannot join the group because the instance id is owned by {holder} member."
+                        )));
                     }
                     Ok(Resolved::Replaces(holder.clone()))
                 }
@@ -198,7 +171,7 @@ impl ConsumerGroup {
         req: HeartbeatRequest,
         regex: Option<Regex>,
         topics: &BTreeMap<Uuid, TopicInfo>,
-    ) -> Result<HeartbeatResult, Refusal> {
+    ) -> Result<HeartbeatResult, GroupError> {
         let member_id = if req.member_id.is_empty() {
             // A v0 client joining: the broker names it.
             Uuid::new_v4().to_string()
@@ -207,13 +180,9 @@ impl ConsumerGroup {
         };
         let resolved = self.resolve(&member_id, &req)?;
         if matches!(resolved, Resolved::New) && self.members.len() >= self.config.members_max {
-            return Err(Refusal::new(
-                ResponseError::GroupMaxSizeReached,
-                format!(
-                    "The consumer group has reached its maximum capacity of {} members.",
-                    self.config.members_max
-                ),
-            ));
+            return Err(GroupError::GroupMaxSizeReached {
+                members_max: self.config.members_max,
+            });
         }
 
         // 1. The member's record, updated with what the request carries.
@@ -290,8 +259,7 @@ impl ConsumerGroup {
                 .as_ref()
                 .is_some_and(|owned| !owns_as_told(owned, member));
         Ok(HeartbeatResult {
-            error: 0,
-            error_message: None,
+            error: None,
             member_id,
             member_epoch: member.epoch,
             heartbeat_interval_ms: self.config.heartbeat_interval_ms,
@@ -301,10 +269,10 @@ impl ConsumerGroup {
 }
 
 /// Request-level checks, in Kafka's order. Returns the compiled subscription regex, if any.
-fn validate(req: &HeartbeatRequest) -> Result<Option<Regex>, Refusal> {
+fn validate(req: &HeartbeatRequest) -> Result<Option<Regex>, GroupError> {
     let blank = |s: &Option<String>| s.as_ref().is_some_and(|s| s.trim().is_empty());
     if req.member_epoch < TEMPORARY_LEAVE_EPOCH {
-        return Err(Refusal::invalid("MemberEpoch is invalid."));
+        return Err(invalid("MemberEpoch is invalid."));
     }
     // Only a v0 join may leave the member id out (the broker makes one up).
     let member_id_missing = if req.member_epoch == JOIN_EPOCH {
@@ -313,17 +281,17 @@ fn validate(req: &HeartbeatRequest) -> Result<Option<Regex>, Refusal> {
         req.member_id.trim().is_empty()
     };
     if member_id_missing {
-        return Err(Refusal::invalid("MemberId can't be empty."));
+        return Err(invalid("MemberId can't be empty."));
     }
     if blank(&req.instance_id) {
-        return Err(Refusal::invalid("InstanceId can't be empty."));
+        return Err(invalid("InstanceId can't be empty."));
     }
     if blank(&req.rack_id) {
-        return Err(Refusal::invalid("RackId can't be empty."));
+        return Err(invalid("RackId can't be empty."));
     }
     if req.member_epoch == JOIN_EPOCH {
         if req.rebalance_timeout_ms == REBALANCE_TIMEOUT_UNSET {
-            return Err(Refusal::invalid(
+            return Err(invalid(
                 "RebalanceTimeoutMs must be provided in first request.",
             ));
         }
@@ -333,36 +301,30 @@ fn validate(req: &HeartbeatRequest) -> Result<Option<Regex>, Refusal> {
             .as_ref()
             .is_some_and(|o| o.values().any(|p| !p.is_empty()))
         {
-            return Err(Refusal::invalid(
-                "TopicPartitions must be empty when (re-)joining.",
-            ));
+            return Err(invalid("TopicPartitions must be empty when (re-)joining."));
         }
         if req.subscribed_topic_names.is_none() && req.subscribed_topic_regex.is_none() {
-            return Err(Refusal::invalid(
+            return Err(invalid(
                 "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.",
             ));
         }
     } else if req.member_epoch == TEMPORARY_LEAVE_EPOCH && req.instance_id.is_none() {
-        return Err(Refusal::invalid("InstanceId can't be null."));
+        return Err(invalid("InstanceId can't be null."));
     }
     if let Some(name) = &req.server_assignor
         && AssignorKind::from_name(name).is_none()
     {
         let supported: Vec<&str> = AssignorKind::ALL.iter().map(|k| k.name()).collect();
-        return Err(Refusal::new(
-            ResponseError::UnsupportedAssignor,
-            format!(
-                "ServerAssignor {name} is not supported. Supported assignors: {}.",
-                supported.join(", ")
-            ),
-        ));
+        return Err(GroupError::UnsupportedAssignor(format!(
+            "ServerAssignor {name} is not supported. Supported assignors: {}.",
+            supported.join(", ")
+        )));
     }
     match &req.subscribed_topic_regex {
         Some(pattern) if !pattern.is_empty() => compile_regex(pattern).map(Some).map_err(|e| {
-            Refusal::new(
-                ResponseError::InvalidRegularExpression,
-                format!("SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}."),
-            )
+            GroupError::InvalidRegularExpression(format!(
+                "SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}."
+            ))
         }),
         _ => Ok(None),
     }
@@ -370,15 +332,12 @@ fn validate(req: &HeartbeatRequest) -> Result<Option<Regex>, Refusal> {
 
 /// A member's request epoch against its record: equal, or its previous epoch while owning
 /// no more than its assignment (the answer that moved it on may have been lost).
-fn check_epoch(member: &Member, epoch: i32, owned: Option<&Assignment>) -> Result<(), Refusal> {
+fn check_epoch(member: &Member, epoch: i32, owned: Option<&Assignment>) -> Result<(), GroupError> {
     let fenced = |relation: &str| {
-        Refusal::new(
-            ResponseError::FencedMemberEpoch,
-            format!(
-                "The consumer group member has a {relation} member epoch ({epoch}) than the one known by the group coordinator ({}). The member must abandon all its partitions and rejoin.",
-                member.epoch
-            ),
-        )
+        GroupError::FencedMemberEpoch(format!(
+            "The consumer group member has a {relation} member epoch ({epoch}) than the one known by the group coordinator ({}). The member must abandon all its partitions and rejoin.",
+            member.epoch
+        ))
     };
     if epoch > member.epoch {
         return Err(fenced("greater"));

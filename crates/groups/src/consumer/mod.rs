@@ -98,10 +98,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
-use sluice_protocol::kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::assignor::{Assignment, AssignorKind, TopicInfo};
+use crate::errors::{self, GroupError};
 
 /// `member_epoch` of a join (or a rejoin after losing state).
 const JOIN_EPOCH: i32 = 0;
@@ -171,13 +171,26 @@ pub struct HeartbeatRequest {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HeartbeatResult {
-    pub error: i16,
-    pub error_message: Option<String>,
+    /// Why the heartbeat was refused (`None`: accepted); its message is the response's
+    /// `error_message`.
+    pub error: Option<GroupError>,
     pub member_id: String,
     pub member_epoch: i32,
     pub heartbeat_interval_ms: i32,
     /// The member's assignment, when it changed (or the member must be told it again).
     pub assignment: Option<Assignment>,
+}
+
+impl HeartbeatResult {
+    /// The Kafka error code of [`HeartbeatResult::error`].
+    pub fn error_code(&self) -> i16 {
+        errors::error_code(self.error.as_ref())
+    }
+
+    /// The response's `error_message`: the error's own.
+    pub fn error_message(&self) -> Option<String> {
+        self.error.as_ref().map(|e| e.to_string())
+    }
 }
 
 /// Something the coordinator must do after a call.
@@ -456,7 +469,11 @@ impl ConsumerGroup {
     /// (epoch < 0; the member id is then normally empty) is allowed only while the group is
     /// Empty, as in Kafka. A newer epoch than the member's is also STALE_MEMBER_EPOCH (Kafka
     /// rejects any mismatch with it).
-    pub fn validate_offset_commit(&self, member_id: &str, member_epoch: i32) -> Result<(), i16> {
+    pub fn validate_offset_commit(
+        &self,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Result<(), GroupError> {
         if member_epoch < 0 && self.members.is_empty() {
             return Ok(());
         }
@@ -465,20 +482,27 @@ impl ConsumerGroup {
 
     /// OffsetFetch check (v9+ with a member id): `Ok` or STALE_MEMBER_EPOCH/UNKNOWN_MEMBER_ID.
     /// No member id with a negative epoch (admin clients) is always allowed.
-    pub fn validate_offset_fetch(&self, member_id: &str, member_epoch: i32) -> Result<(), i16> {
+    pub fn validate_offset_fetch(
+        &self,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Result<(), GroupError> {
         if member_id.is_empty() && member_epoch < 0 {
             return Ok(());
         }
         self.validate_member_epoch(member_id, member_epoch)
     }
 
-    fn validate_member_epoch(&self, member_id: &str, member_epoch: i32) -> Result<(), i16> {
+    fn validate_member_epoch(&self, member_id: &str, member_epoch: i32) -> Result<(), GroupError> {
         let member = self
             .members
             .get(member_id)
-            .ok_or(ResponseError::UnknownMemberId.code())?;
+            .ok_or_else(|| GroupError::unknown_member(&self.group_id, member_id))?;
         if member.epoch != member_epoch {
-            return Err(ResponseError::StaleMemberEpoch.code());
+            return Err(GroupError::StaleMemberEpoch {
+                member_epoch,
+                current_epoch: member.epoch,
+            });
         }
         Ok(())
     }

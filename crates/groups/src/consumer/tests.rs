@@ -1,6 +1,8 @@
 //! Unit tests of the consumer group state machine, with the helpers they share (a simulated
 //! set of clients); the tests themselves are in `tests/`, by concern.
 
+use sluice_protocol::kafka_protocol::ResponseError;
+
 use super::*;
 
 mod membership;
@@ -105,7 +107,7 @@ impl World {
         assert!(effects.len() <= 1);
         self.persists += effects.len();
         assert_eq!(result.heartbeat_interval_ms, INTERVAL_MS);
-        if result.error != 0 {
+        if result.error_code() != 0 {
             assert!(effects.is_empty(), "a refused request persisted something");
             assert!(result.assignment.is_none());
         }
@@ -124,7 +126,7 @@ impl World {
     /// Joins and returns the client, which adopted its first assignment.
     fn join(&mut self, req: HeartbeatRequest) -> Client {
         let result = self.send(req.clone());
-        assert_eq!(result.error, 0, "{:?}", result.error_message);
+        assert_eq!(result.error_code(), 0, "{:?}", result.error_message());
         let assignment = result
             .assignment
             .expect("a join is always told its assignment");
@@ -138,7 +140,13 @@ impl World {
     /// One regular heartbeat from `client` with its owned partitions; it adopts the answer.
     fn poll(&mut self, client: &mut Client) -> HeartbeatResult {
         let result = self.send(hb_req(&client.id, client.epoch, Some(client.owned.clone())));
-        assert_eq!(result.error, 0, "{}: {:?}", client.id, result.error_message);
+        assert_eq!(
+            result.error_code(),
+            0,
+            "{}: {:?}",
+            client.id,
+            result.error_message()
+        );
         client.epoch = result.member_epoch;
         if let Some(assignment) = &result.assignment {
             client.owned = assignment.clone();

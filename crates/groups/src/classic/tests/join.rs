@@ -10,7 +10,7 @@ fn single_member_join_sync_heartbeat() {
 
     // Without an initial delay the join phase ends within the first join.
     let joined = answered(g.join(0, join_req("", "client"), &mut fx));
-    assert_eq!(joined.error, NONE);
+    assert_eq!(joined.error_code(), NONE);
     assert_eq!(joined.generation_id, 1);
     assert!(
         joined.member_id.starts_with("client-"),
@@ -32,7 +32,7 @@ fn single_member_join_sync_heartbeat() {
     assert_eq!(g.state(), ClassicState::CompletingRebalance);
     let id = joined.member_id;
 
-    assert_eq!(g.heartbeat(1, &id, None, 1, &mut fx), NONE);
+    assert_eq!(g.heartbeat(1, &id, None, 1, &mut fx).code(), NONE);
 
     let assignment = Bytes::from_static(b"p0");
     let reply = g.sync(
@@ -45,7 +45,7 @@ fn single_member_join_sync_heartbeat() {
     assert_eq!(g.state(), ClassicState::Stable);
     fx.clear();
 
-    assert_eq!(g.heartbeat(3, &id, None, 1, &mut fx), NONE);
+    assert_eq!(g.heartbeat(3, &id, None, 1, &mut fx).code(), NONE);
     assert_eq!(g.next_deadline(), Some(3 + i64::from(SESSION_MS)));
     let again = g.sync(4, sync_req(&id, 1, vec![]), &mut fx);
     assert_eq!(again, Reply::Now(sync_ok(assignment)));
@@ -64,7 +64,7 @@ fn member_id_required_handshake() {
         },
         &mut fx,
     ));
-    assert_eq!(first.error, code(ResponseError::MemberIdRequired));
+    assert_eq!(first.error_code(), code(ResponseError::MemberIdRequired));
     assert_eq!(first.generation_id, -1);
     assert!(
         first.member_id.starts_with("client-"),
@@ -76,14 +76,14 @@ fn member_id_required_handshake() {
     assert_eq!(g.next_deadline(), Some(i64::from(SESSION_MS)));
 
     let second = answered(g.join(5, join_req(&first.member_id, "client"), &mut fx));
-    assert_eq!(second.error, NONE);
+    assert_eq!(second.error_code(), NONE);
     assert_eq!(second.member_id, first.member_id);
     assert_eq!(second.generation_id, 1);
     assert_eq!(g.member_count(), 1);
     assert!(g.pending.is_empty());
 
     let unknown = answered(g.join(6, join_req("client-unknown", "client"), &mut fx));
-    assert_eq!(unknown.error, code(ResponseError::UnknownMemberId));
+    assert_eq!(unknown.error_code(), code(ResponseError::UnknownMemberId));
     assert_eq!(unknown.member_id, "client-unknown");
 }
 
@@ -102,7 +102,7 @@ fn pending_member_id_expires_after_session_timeout() {
     assert!(g.pending.is_empty());
     assert_eq!(g.next_deadline(), None);
     let late = answered(g.join(i64::from(SESSION_MS), join_req(&id, "client"), &mut fx));
-    assert_eq!(late.error, code(ResponseError::UnknownMemberId));
+    assert_eq!(late.error_code(), code(ResponseError::UnknownMemberId));
 }
 
 #[test]
@@ -121,7 +121,7 @@ fn pending_member_ids_are_bounded_oldest_forgotten() {
     assert_eq!(g.pending.len(), 3);
     assert_eq!(g.next_deadline(), Some(2 + i64::from(SESSION_MS)));
     let forgotten = answered(g.join(10, join_req(&ids[0], "client"), &mut fx));
-    assert_eq!(forgotten.error, code(ResponseError::UnknownMemberId));
+    assert_eq!(forgotten.error_code(), code(ResponseError::UnknownMemberId));
     // Still known: it becomes a member (and waits for the two other pending ids).
     assert_eq!(
         parked(g.join(10, join_req(&ids[4], "client"), &mut fx)),
@@ -202,7 +202,7 @@ fn static_member_rejoins_without_rebalance_and_fences_its_old_id() {
 
     // "a" restarts: same instance id, no member id.
     let rejoined = answered(g.join(1_000, static_req("a"), &mut fx));
-    assert_eq!(rejoined.error, NONE);
+    assert_eq!(rejoined.error_code(), NONE);
     assert_ne!(rejoined.member_id, old_a);
     assert!(
         rejoined.member_id.starts_with("a-"),
@@ -219,9 +219,12 @@ fn static_member_rejoins_without_rebalance_and_fences_its_old_id() {
     fx.clear();
 
     let fenced = code(ResponseError::FencedInstanceId);
-    assert_eq!(g.heartbeat(1_001, &old_a, Some("a"), 1, &mut fx), fenced);
     assert_eq!(
-        g.heartbeat(1_001, &old_a, None, 1, &mut fx),
+        g.heartbeat(1_001, &old_a, Some("a"), 1, &mut fx).code(),
+        fenced
+    );
+    assert_eq!(
+        g.heartbeat(1_001, &old_a, None, 1, &mut fx).code(),
         code(ResponseError::UnknownMemberId)
     );
     let old_sync = SyncRequest {
@@ -229,11 +232,14 @@ fn static_member_rejoins_without_rebalance_and_fences_its_old_id() {
         ..sync_req(&old_a, 1, vec![])
     };
     assert_eq!(
-        g.sync(1_002, old_sync, &mut fx),
+        now_sync(g.sync(1_002, old_sync, &mut fx)),
         Reply::Now(sync_error(fenced))
     );
 
-    assert_eq!(g.heartbeat(1_003, &new_a, Some("a"), 1, &mut fx), NONE);
+    assert_eq!(
+        g.heartbeat(1_003, &new_a, Some("a"), 1, &mut fx).code(),
+        NONE
+    );
     let new_sync = SyncRequest {
         group_instance_id: Some("a".into()),
         ..sync_req(&new_a, 1, vec![])
@@ -246,7 +252,7 @@ fn static_member_rejoins_without_rebalance_and_fences_its_old_id() {
 
     // The leader restarts: it learns it leads (and the members) but must not assign.
     let leader = answered(g.join(2_000, static_req("b"), &mut fx));
-    assert_eq!(leader.error, NONE);
+    assert_eq!(leader.error_code(), NONE);
     assert_eq!(leader.leader, leader.member_id);
     assert!(leader.skip_assignment);
     assert_eq!(leader.members.len(), 2);
@@ -267,7 +273,7 @@ fn static_member_replacing_a_parked_join_fences_the_old_request() {
     let new_b = parked(g.join(1_100, static_req("b"), &mut fx));
     assert_ne!(new_b, old_b);
     assert_eq!(
-        joins(&fx),
+        join_codes(&fx),
         vec![(
             old_b.clone(),
             join_error(&old_b, code(ResponseError::FencedInstanceId))
@@ -292,12 +298,12 @@ fn static_member_restart_rebalances_only_when_the_protocol_choice_changes() {
     // "a" comes back also offering "roundrobin", which "b" lacks: "range" stays the only
     // common protocol, so nothing changes.
     let both = with_protocols(static_req("a"), &["roundrobin", "range"]);
-    assert_eq!(answered(g.join(1_000, both, &mut fx)).error, NONE);
+    assert_eq!(answered(g.join(1_000, both, &mut fx)).error_code(), NONE);
     assert_eq!(g.state(), ClassicState::Stable);
     // "a" offering only "roundrobin" has nothing in common with "b": refused.
     let only = with_protocols(static_req("a"), &["roundrobin"]);
     assert_eq!(
-        answered(g.join(1_100, only, &mut fx)).error,
+        answered(g.join(1_100, only, &mut fx)).error_code(),
         code(ResponseError::InconsistentGroupProtocol)
     );
     assert_eq!(g.state(), ClassicState::Stable);
@@ -316,24 +322,30 @@ fn inconsistent_protocols_are_refused() {
         protocol_type: String::new(),
         ..join_req("", "a")
     };
-    assert_eq!(answered(g.join(0, no_type, &mut fx)).error, inconsistent);
+    assert_eq!(
+        answered(g.join(0, no_type, &mut fx)).error_code(),
+        inconsistent
+    );
     let no_protocols = with_protocols(join_req("", "a"), &[]);
     assert_eq!(
-        answered(g.join(0, no_protocols, &mut fx)).error,
+        answered(g.join(0, no_protocols, &mut fx)).error_code(),
         inconsistent
     );
 
     let a = answered(g.join(0, join_req("", "a"), &mut fx)).member_id;
     let other_protocol = with_protocols(join_req("", "b"), &["roundrobin"]);
     assert_eq!(
-        answered(g.join(1, other_protocol, &mut fx)).error,
+        answered(g.join(1, other_protocol, &mut fx)).error_code(),
         inconsistent
     );
     let other_type = JoinRequest {
         protocol_type: "connect".into(),
         ..join_req("", "b")
     };
-    assert_eq!(answered(g.join(1, other_type, &mut fx)).error, inconsistent);
+    assert_eq!(
+        answered(g.join(1, other_type, &mut fx)).error_code(),
+        inconsistent
+    );
     assert_eq!(g.member_count(), 1);
 
     let bad_name = SyncRequest {
@@ -341,7 +353,7 @@ fn inconsistent_protocols_are_refused() {
         ..sync_req(&a, 1, vec![])
     };
     assert_eq!(
-        g.sync(2, bad_name, &mut fx),
+        now_sync(g.sync(2, bad_name, &mut fx)),
         Reply::Now(sync_error(inconsistent))
     );
     let bad_type = SyncRequest {
@@ -349,7 +361,7 @@ fn inconsistent_protocols_are_refused() {
         ..sync_req(&a, 1, vec![])
     };
     assert_eq!(
-        g.sync(2, bad_type, &mut fx),
+        now_sync(g.sync(2, bad_type, &mut fx)),
         Reply::Now(sync_error(inconsistent))
     );
     let good = SyncRequest {
@@ -377,7 +389,7 @@ fn a_lone_member_may_switch_protocols() {
         with_protocols(join_req(&a, "a"), &["roundrobin"]),
         &mut fx,
     ));
-    assert_eq!(switched.error, NONE);
+    assert_eq!(switched.error_code(), NONE);
     assert_eq!(switched.generation_id, 2);
     assert_eq!(switched.protocol_name.as_deref(), Some("roundrobin"));
 }
@@ -390,23 +402,23 @@ fn group_max_size_is_enforced() {
     parked(g.join(0, join_req("", "a"), &mut fx));
     parked(g.join(0, join_req("", "b"), &mut fx));
     let refused = answered(g.join(0, join_req("", "c"), &mut fx));
-    assert_eq!(refused.error, full);
+    assert_eq!(refused.error_code(), full);
     assert_eq!(refused.member_id, "");
     let handshake = JoinRequest {
         require_known_member_id: true,
         ..join_req("", "c")
     };
-    assert_eq!(answered(g.join(0, handshake, &mut fx)).error, full);
+    assert_eq!(answered(g.join(0, handshake, &mut fx)).error_code(), full);
     assert_eq!(g.member_count(), 2);
 
     // A full group of static members still lets a restarted instance back in.
     let (mut g, _) = form(2, vec![static_req("a"), static_req("b")]);
     assert_eq!(
-        answered(g.join(200, join_req("", "c"), &mut fx)).error,
+        answered(g.join(200, join_req("", "c"), &mut fx)).error_code(),
         full
     );
     let back = answered(g.join(200, static_req("b"), &mut fx));
-    assert_eq!(back.error, NONE);
+    assert_eq!(back.error_code(), NONE);
     assert_eq!(g.member_count(), 2);
 }
 
@@ -420,7 +432,10 @@ fn session_timeout_must_be_within_bounds() {
             ..join_req("", "a")
         };
         let result = answered(g.join(0, req, &mut fx));
-        assert_eq!(result.error, code(ResponseError::InvalidSessionTimeout));
+        assert_eq!(
+            result.error_code(),
+            code(ResponseError::InvalidSessionTimeout)
+        );
     }
     assert_eq!(g.member_count(), 0);
     assert_eq!(g.state(), ClassicState::Empty);
@@ -484,7 +499,7 @@ fn rejoin_with_same_metadata_while_completing_gets_the_same_generation() {
     assert_eq!(parked(g.join(220, changed, &mut fx)), b);
     assert_eq!(g.state(), ClassicState::PreparingRebalance);
     assert_eq!(
-        syncs(&fx),
+        sync_codes(&fx),
         vec![(c, sync_error(code(ResponseError::RebalanceInProgress)))]
     );
 }
@@ -513,7 +528,7 @@ fn a_new_member_joining_a_stable_group_rebalances() {
     let c = parked(g.join(200, join_req("", "new"), &mut fx));
     assert_eq!(g.state(), ClassicState::PreparingRebalance);
     assert_eq!(
-        g.heartbeat(210, &ids[0], None, 1, &mut fx),
+        g.heartbeat(210, &ids[0], None, 1, &mut fx).code(),
         code(ResponseError::RebalanceInProgress)
     );
     let a = answered(g.join(220, join_req(&ids[0], "c0"), &mut fx));

@@ -25,7 +25,7 @@ fn three_members_leader_assigns_while_followers_wait() {
     assert_eq!(answers.len(), 3);
     assert_eq!(g.state(), ClassicState::CompletingRebalance);
     for (member_id, result) in &answers {
-        assert_eq!(result.error, NONE);
+        assert_eq!(result.error_code(), NONE);
         assert_eq!(result.generation_id, 1);
         assert_eq!(&result.member_id, member_id);
         assert_eq!(result.leader, a);
@@ -55,7 +55,7 @@ fn three_members_leader_assigns_while_followers_wait() {
         }
     );
     assert!(fx.is_empty(), "{fx:?}");
-    assert_eq!(g.heartbeat(225, &b, None, 1, &mut fx), NONE);
+    assert_eq!(g.heartbeat(225, &b, None, 1, &mut fx).code(), NONE);
 
     let assignments = vec![
         (a.clone(), assignment_for(&a)),
@@ -102,16 +102,16 @@ fn leave_rebalances_and_the_others_get_a_new_generation() {
         member_id: c.clone(),
         group_instance_id: None,
     }];
-    assert_eq!(g.leave(200, &leaving, &mut fx), vec![NONE]);
+    assert_eq!(g.leave(200, &leaving, &mut fx).code(), vec![NONE]);
     assert_eq!(g.state(), ClassicState::PreparingRebalance);
     assert_eq!(g.member_count(), 2);
     assert_eq!(
-        g.heartbeat(210, a, None, 1, &mut fx),
+        g.heartbeat(210, a, None, 1, &mut fx).code(),
         code(ResponseError::RebalanceInProgress)
     );
     let sync = g.sync(210, sync_req(b, 1, vec![]), &mut fx);
     assert_eq!(
-        sync,
+        now_sync(sync),
         Reply::Now(sync_error(code(ResponseError::RebalanceInProgress)))
     );
 
@@ -133,7 +133,7 @@ fn leave_rebalances_and_the_others_get_a_new_generation() {
     assert_eq!(listed, vec![a.as_str(), b.as_str()]);
 
     assert_eq!(
-        g.leave(240, &leaving, &mut fx),
+        g.leave(240, &leaving, &mut fx).code(),
         vec![code(ResponseError::UnknownMemberId)]
     );
 }
@@ -148,9 +148,9 @@ fn a_leaving_member_with_a_parked_join_is_answered_unknown_member() {
         member_id: b.clone(),
         group_instance_id: None,
     }];
-    assert_eq!(g.leave(10, &leaving, &mut fx), vec![NONE]);
+    assert_eq!(g.leave(10, &leaving, &mut fx).code(), vec![NONE]);
     assert_eq!(
-        joins(&fx),
+        join_codes(&fx),
         vec![(b, join_error("", code(ResponseError::UnknownMemberId)))]
     );
     fx.clear();
@@ -168,7 +168,7 @@ fn last_member_leaving_empties_the_group() {
         member_id: ids[0].clone(),
         group_instance_id: None,
     }];
-    assert_eq!(g.leave(200, &leaving, &mut fx), vec![NONE]);
+    assert_eq!(g.leave(200, &leaving, &mut fx).code(), vec![NONE]);
     assert_eq!(g.state(), ClassicState::Empty);
     assert_eq!(g.generation_id(), 2);
     assert_eq!(fx, vec![Effect::Persist]);
@@ -183,7 +183,7 @@ fn expired_session_removes_the_member_and_rebalances() {
     let (a, b) = (&ids[0], &ids[1]);
     let mut fx = Vec::new();
     let session_end = FORMED_AT + i64::from(SESSION_MS);
-    assert_eq!(g.heartbeat(5_000, a, None, 1, &mut fx), NONE);
+    assert_eq!(g.heartbeat(5_000, a, None, 1, &mut fx).code(), NONE);
     assert_eq!(g.next_deadline(), Some(session_end));
 
     g.tick(session_end - 1, &mut fx);
@@ -192,7 +192,7 @@ fn expired_session_removes_the_member_and_rebalances() {
     assert_eq!(g.member_count(), 1);
     assert_eq!(g.state(), ClassicState::PreparingRebalance);
     assert_eq!(
-        g.heartbeat(session_end, b, None, 1, &mut fx),
+        g.heartbeat(session_end, b, None, 1, &mut fx).code(),
         code(ResponseError::UnknownMemberId)
     );
 
@@ -230,7 +230,7 @@ fn members_that_never_sync_expire_and_parked_syncs_are_told_to_rejoin() {
         Some(FORMED_AT + 2 * i64::from(SESSION_MS))
     );
     assert_eq!(
-        syncs(&fx),
+        sync_codes(&fx),
         vec![(
             b.clone(),
             sync_error(code(ResponseError::RebalanceInProgress))
@@ -251,8 +251,8 @@ fn members_that_heartbeat_but_never_sync_are_removed_at_the_sync_deadline() {
     );
     assert_eq!(reply, Reply::Now(sync_ok(assignment_for(&a))));
     for t in [9_000, 18_000, 27_000] {
-        assert_eq!(g.heartbeat(t, &a, None, 1, &mut fx), NONE);
-        assert_eq!(g.heartbeat(t, &b, None, 1, &mut fx), NONE);
+        assert_eq!(g.heartbeat(t, &a, None, 1, &mut fx).code(), NONE);
+        assert_eq!(g.heartbeat(t, &b, None, 1, &mut fx).code(), NONE);
     }
     let sync_deadline = FORMED_AT + i64::from(REBALANCE_MS);
     assert_eq!(g.next_deadline(), Some(sync_deadline));
@@ -274,7 +274,7 @@ fn rebalance_timeout_removes_a_member_that_does_not_rejoin() {
     assert_eq!(g.state(), ClassicState::PreparingRebalance);
     for t in [9_000, 18_000, 27_000] {
         assert_eq!(
-            g.heartbeat(t, b, None, 1, &mut fx),
+            g.heartbeat(t, b, None, 1, &mut fx).code(),
             code(ResponseError::RebalanceInProgress)
         );
     }
@@ -290,7 +290,7 @@ fn rebalance_timeout_removes_a_member_that_does_not_rejoin() {
     assert_eq!(answers[0].1.members.len(), 1);
     assert_eq!(g.member_count(), 1);
     assert_eq!(
-        g.heartbeat(join_deadline, b, None, 2, &mut fx),
+        g.heartbeat(join_deadline, b, None, 2, &mut fx).code(),
         code(ResponseError::UnknownMemberId)
     );
 }
@@ -305,7 +305,7 @@ fn a_static_member_that_does_not_rejoin_stays_for_its_session() {
     assert_eq!(parked(g.join(1_000, rejoin, &mut fx)), *a);
     for t in [9_000, 18_000, 27_000] {
         assert_eq!(
-            g.heartbeat(t, b, Some("b"), 1, &mut fx),
+            g.heartbeat(t, b, Some("b"), 1, &mut fx).code(),
             code(ResponseError::RebalanceInProgress)
         );
     }
@@ -333,44 +333,58 @@ fn heartbeat_answers_in_each_state() {
     let mut fx = Vec::new();
 
     let mut g = group(100, 10);
-    assert_eq!(g.heartbeat(0, "nobody", None, 0, &mut fx), unknown, "Empty");
+    assert_eq!(
+        g.heartbeat(0, "nobody", None, 0, &mut fx).code(),
+        unknown,
+        "Empty"
+    );
 
     let a = parked(g.join(0, join_req("", "a"), &mut fx));
     assert_eq!(
-        g.heartbeat(10, &a, None, 0, &mut fx),
+        g.heartbeat(10, &a, None, 0, &mut fx).code(),
         code(ResponseError::RebalanceInProgress),
         "PreparingRebalance"
     );
     g.tick(100, &mut fx);
     assert_eq!(
-        g.heartbeat(110, &a, None, 1, &mut fx),
+        g.heartbeat(110, &a, None, 1, &mut fx).code(),
         NONE,
         "CompletingRebalance"
     );
     assert_eq!(
-        g.heartbeat(110, &a, None, 0, &mut fx),
+        g.heartbeat(110, &a, None, 0, &mut fx).code(),
         code(ResponseError::IllegalGeneration)
     );
     g.sync(120, sync_req(&a, 1, vec![]), &mut fx);
     assert_eq!(g.state(), ClassicState::Stable);
-    assert_eq!(g.heartbeat(130, &a, None, 1, &mut fx), NONE, "Stable");
-    assert_eq!(g.heartbeat(130, "nobody", None, 1, &mut fx), unknown);
     assert_eq!(
-        g.heartbeat(130, &a, None, 2, &mut fx),
+        g.heartbeat(130, &a, None, 1, &mut fx).code(),
+        NONE,
+        "Stable"
+    );
+    assert_eq!(g.heartbeat(130, "nobody", None, 1, &mut fx).code(), unknown);
+    assert_eq!(
+        g.heartbeat(130, &a, None, 2, &mut fx).code(),
         code(ResponseError::IllegalGeneration)
     );
 
     let (mut s, ids) = form(10, vec![static_req("a")]);
-    assert_eq!(s.heartbeat(200, &ids[0], Some("a"), 1, &mut fx), NONE);
     assert_eq!(
-        s.heartbeat(200, "a-old", Some("a"), 1, &mut fx),
+        s.heartbeat(200, &ids[0], Some("a"), 1, &mut fx).code(),
+        NONE
+    );
+    assert_eq!(
+        s.heartbeat(200, "a-old", Some("a"), 1, &mut fx).code(),
         code(ResponseError::FencedInstanceId)
     );
-    assert_eq!(s.heartbeat(200, &ids[0], Some("z"), 1, &mut fx), unknown);
+    assert_eq!(
+        s.heartbeat(200, &ids[0], Some("z"), 1, &mut fx).code(),
+        unknown
+    );
 
     s.mark_dead();
     assert_eq!(
-        s.heartbeat(300, &ids[0], Some("a"), 1, &mut fx),
+        s.heartbeat(300, &ids[0], Some("a"), 1, &mut fx).code(),
         code(ResponseError::CoordinatorNotAvailable)
     );
     assert_eq!(s.next_deadline(), None);
@@ -394,7 +408,7 @@ fn leave_by_instance_id_and_pending_id() {
         &mut fx,
     );
     assert_eq!(
-        codes,
+        codes.code(),
         vec![
             NONE,
             code(ResponseError::FencedInstanceId),
@@ -421,7 +435,7 @@ fn leave_by_instance_id_and_pending_id() {
         }],
         &mut fx,
     );
-    assert_eq!(codes, vec![NONE]);
+    assert_eq!(codes.code(), vec![NONE]);
     assert!(g.pending.is_empty());
 }
 
@@ -433,18 +447,18 @@ fn dead_group_refuses_everything() {
     let unavailable = code(ResponseError::CoordinatorNotAvailable);
     assert_eq!(g.state(), ClassicState::Dead);
     assert_eq!(
-        answered(g.join(0, join_req("", "a"), &mut fx)).error,
+        answered(g.join(0, join_req("", "a"), &mut fx)).error_code(),
         unavailable
     );
     assert_eq!(
-        g.sync(0, sync_req(&ids[0], 1, vec![]), &mut fx),
+        now_sync(g.sync(0, sync_req(&ids[0], 1, vec![]), &mut fx)),
         Reply::Now(sync_error(unavailable))
     );
     let leaving = [LeavingMember {
         member_id: ids[0].clone(),
         group_instance_id: None,
     }];
-    assert_eq!(g.leave(0, &leaving, &mut fx), vec![unavailable]);
+    assert_eq!(g.leave(0, &leaving, &mut fx).code(), vec![unavailable]);
     g.tick(i64::MAX, &mut fx);
     assert!(fx.is_empty());
 }

@@ -64,7 +64,9 @@ fn offset_commit_validation() {
         ("dead", &dead, "", None, -1, unavailable),
     ];
     for (case, g, member_id, instance, generation_id, expected) in table {
-        let got = g.validate_offset_commit(member_id, instance, generation_id);
+        let got = g
+            .validate_offset_commit(member_id, instance, generation_id)
+            .map_err(|e| e.code());
         assert_eq!(got, expected, "{case}");
     }
 }
@@ -90,7 +92,7 @@ fn snapshot_restore_roundtrip_of_a_stable_group() {
     );
 
     let mut fx = Vec::new();
-    assert_eq!(restored.heartbeat(50_001, b, None, 1, &mut fx), NONE);
+    assert_eq!(restored.heartbeat(50_001, b, None, 1, &mut fx).code(), NONE);
     assert_eq!(
         restored.sync(50_002, sync_req(b, 1, vec![]), &mut fx),
         Reply::Now(sync_ok(assignment_for(b)))
@@ -122,7 +124,7 @@ fn restore_decision_table() {
         member_id: ids[0].clone(),
         group_instance_id: None,
     }];
-    emptied.leave(200, &leaving, &mut fx);
+    emptied.leave(200, &leaving, &mut fx).code();
     let r = restore(&emptied, 10).expect("restores");
     assert_eq!(
         (r.state(), r.generation_id(), r.protocol_type()),
@@ -137,7 +139,7 @@ fn restore_decision_table() {
     assert_eq!(r.state(), ClassicState::PreparingRebalance);
     assert_eq!(r.member_count(), 2);
     assert_eq!(
-        r.sync(1_000_001, sync_req(&b, 1, vec![]), &mut fx),
+        now_sync(r.sync(1_000_001, sync_req(&b, 1, vec![]), &mut fx)),
         Reply::Now(sync_error(code(ResponseError::RebalanceInProgress)))
     );
     assert_eq!(r.next_deadline(), Some(1_000_000 + i64::from(SESSION_MS)));

@@ -12,7 +12,7 @@ fn last_member_leaving_empties_the_group() {
         member_epoch: LEAVE_EPOCH,
         ..hb_req("a", 0, None)
     });
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
     assert_eq!(w.group.state(), ConsumerState::Empty);
     assert_eq!(w.group.next_deadline(), None);
 }
@@ -73,7 +73,7 @@ fn member_that_does_not_revoke_in_time_is_removed() {
     assert_eq!(w.tick(), vec![Effect::Persist]);
     assert_eq!(w.group.member_count(), 1);
     let r = w.send(hb_req("a", a.epoch, Some(a.owned.clone())));
-    assert_eq!(r.error, ResponseError::UnknownMemberId.code());
+    assert_eq!(r.error_code(), ResponseError::UnknownMemberId.code());
     w.settle(std::slice::from_mut(&mut b));
     assert_eq!(b.owned, parts(t, &[0, 1, 2, 3]));
 }
@@ -91,13 +91,13 @@ fn wrong_epochs_are_fenced() {
     let persists = w.persists;
 
     let r = w.send(hb_req("a", 3, Some(a.owned.clone())));
-    assert_eq!(r.error, ResponseError::FencedMemberEpoch.code());
-    assert!(r.error_message.unwrap().contains("greater"));
+    assert_eq!(r.error_code(), ResponseError::FencedMemberEpoch.code());
+    assert!(r.error_message().unwrap().contains("greater"));
     // The previous epoch is accepted while owning no more than the assignment.
     let r = w.send(hb_req("a", 1, Some(a.owned.clone())));
-    assert_eq!((r.error, r.member_epoch), (0, 2));
+    assert_eq!((r.error_code(), r.member_epoch), (0, 2));
     let r = w.send(hb_req("a", 1, Some(Assignment::new())));
-    assert_eq!((r.error, r.member_epoch), (0, 2));
+    assert_eq!((r.error_code(), r.member_epoch), (0, 2));
     assert_eq!(
         r.assignment.as_ref(),
         Some(&a.owned),
@@ -105,10 +105,10 @@ fn wrong_epochs_are_fenced() {
     );
     // ... but not with partitions outside it, nor without saying what it owns.
     let r = w.send(hb_req("a", 1, Some(parts(t, &[0, 1, 2, 3]))));
-    assert_eq!(r.error, ResponseError::FencedMemberEpoch.code());
-    assert!(r.error_message.unwrap().contains("smaller"));
+    assert_eq!(r.error_code(), ResponseError::FencedMemberEpoch.code());
+    assert!(r.error_message().unwrap().contains("smaller"));
     let r = w.send(hb_req("a", 1, None));
-    assert_eq!(r.error, ResponseError::FencedMemberEpoch.code());
+    assert_eq!(r.error_code(), ResponseError::FencedMemberEpoch.code());
     // None of that changed anything.
     assert_eq!(w.persists, persists);
 }
@@ -124,12 +124,12 @@ fn stale_epoch_older_than_previous_is_fenced() {
     }
     assert_eq!(clients[0].epoch, 3);
     let r = w.send(hb_req("a", 1, Some(Assignment::new())));
-    assert_eq!(r.error, ResponseError::FencedMemberEpoch.code());
+    assert_eq!(r.error_code(), ResponseError::FencedMemberEpoch.code());
     // A fenced member rejoins with epoch 0 and the same id.
     let mut req = join_req("a", &["t"]);
     req.member_id = "a".to_string();
     let r = w.send(req);
-    assert_eq!((r.error, r.member_epoch), (0, 3));
+    assert_eq!((r.error_code(), r.member_epoch), (0, 3));
 }
 
 #[test]
@@ -139,18 +139,18 @@ fn unknown_members_are_refused() {
     w.join(join_req("a", &["t"]));
     let persists = w.persists;
     let r = w.send(hb_req("ghost", 1, None));
-    assert_eq!(r.error, ResponseError::UnknownMemberId.code());
+    assert_eq!(r.error_code(), ResponseError::UnknownMemberId.code());
     assert_eq!(r.member_id, "ghost");
     let r = w.send(HeartbeatRequest {
         member_epoch: LEAVE_EPOCH,
         ..hb_req("ghost", 0, None)
     });
-    assert_eq!(r.error, ResponseError::UnknownMemberId.code());
+    assert_eq!(r.error_code(), ResponseError::UnknownMemberId.code());
     let r = w.send(HeartbeatRequest {
         instance_id: Some("nobody".to_string()),
         ..hb_req("ghost", 1, None)
     });
-    assert_eq!(r.error, ResponseError::UnknownMemberId.code());
+    assert_eq!(r.error_code(), ResponseError::UnknownMemberId.code());
     assert_eq!(w.group.member_count(), 1);
     assert_eq!(w.persists, persists);
 }
@@ -172,7 +172,7 @@ fn static_member_temporary_leave_and_rejoin_keeps_its_assignment() {
         instance_id: Some("instance-1".to_string()),
         ..hb_req("s1", 0, None)
     });
-    assert_eq!((r.error, r.member_epoch), (0, TEMPORARY_LEAVE_EPOCH));
+    assert_eq!((r.error_code(), r.member_epoch), (0, TEMPORARY_LEAVE_EPOCH));
     assert_eq!(w.group.member_count(), 2);
     assert_eq!(w.group.group_epoch(), epoch);
     let r = w.poll(&mut clients[1]);
@@ -185,7 +185,7 @@ fn static_member_temporary_leave_and_rejoin_keeps_its_assignment() {
         instance_id: Some("instance-1".to_string()),
         ..hb_req("s1", epoch, None)
     });
-    assert_eq!(r.error, ResponseError::FencedMemberEpoch.code());
+    assert_eq!(r.error_code(), ResponseError::FencedMemberEpoch.code());
 
     // The restarted process (new member id) takes the place over: same partitions, no
     // rebalance.
@@ -206,12 +206,12 @@ fn static_member_temporary_leave_and_rejoin_keeps_its_assignment() {
     // While s2 is active, a third process with the same instance id is refused, and the
     // replaced member id is fenced.
     let r = w.send(static_join("s3", "instance-1", &["t"]));
-    assert_eq!(r.error, ResponseError::UnreleasedInstanceId.code());
+    assert_eq!(r.error_code(), ResponseError::UnreleasedInstanceId.code());
     let r = w.send(HeartbeatRequest {
         instance_id: Some("instance-1".to_string()),
         ..hb_req("s1", epoch, None)
     });
-    assert_eq!(r.error, ResponseError::FencedInstanceId.code());
+    assert_eq!(r.error_code(), ResponseError::FencedInstanceId.code());
     assert_eq!(w.group.member_count(), 2);
 }
 
@@ -253,26 +253,26 @@ fn group_max_size_is_enforced_for_new_members_only() {
     w.join(join_req("a", &["t"]));
     w.join(static_join("s", "instance-s", &["t"]));
     let r = w.send(join_req("c", &["t"]));
-    assert_eq!(r.error, ResponseError::GroupMaxSizeReached.code());
-    assert!(r.error_message.unwrap().contains("maximum capacity of 2"));
+    assert_eq!(r.error_code(), ResponseError::GroupMaxSizeReached.code());
+    assert!(r.error_message().unwrap().contains("maximum capacity of 2"));
     assert_eq!(w.group.member_count(), 2);
     // Members already in may rejoin, and a static member may be replaced.
     let r = w.send(join_req("a", &["t"]));
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
     w.send(HeartbeatRequest {
         member_epoch: TEMPORARY_LEAVE_EPOCH,
         instance_id: Some("instance-s".to_string()),
         ..hb_req("s", 0, None)
     });
     let r = w.send(static_join("s2", "instance-s", &["t"]));
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
     // Room again once someone leaves.
     w.send(HeartbeatRequest {
         member_epoch: LEAVE_EPOCH,
         ..hb_req("a", 0, None)
     });
     let r = w.send(join_req("c", &["t"]));
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
 }
 
 #[test]
@@ -358,8 +358,8 @@ fn malformed_requests_are_refused() {
     w.create_topic(1, "t", 1);
     for (req, error, message) in cases {
         let r = w.send(req.clone());
-        assert_eq!(r.error, error, "{req:?}");
-        let text = r.error_message.unwrap_or_default();
+        assert_eq!(r.error_code(), error, "{req:?}");
+        let text = r.error_message().unwrap_or_default();
         assert!(text.contains(message), "{text:?} lacks {message:?}");
     }
     assert_eq!(w.group.member_count(), 0);
@@ -369,7 +369,7 @@ fn malformed_requests_are_refused() {
         owned: None,
         ..join_req("a", &["t"])
     });
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn second_member_gets_partitions_only_after_the_first_revokes_them() {
 
     // a is told to shrink to half, at its old epoch, before anything else.
     let r = w.send(hb_req("a", 1, Some(a.owned.clone())));
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
     assert_eq!(r.member_epoch, 1);
     let kept = r.assignment.expect("a's assignment shrank");
     assert_eq!(count(&kept), 2);
@@ -81,13 +81,13 @@ fn leaving_member_partitions_are_redistributed() {
     let epoch = w.group.group_epoch();
 
     let r = w.send(hb_req("b", clients[1].epoch, None));
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
     let r = w.send(HeartbeatRequest {
         member_epoch: LEAVE_EPOCH,
         ..hb_req("b", 0, None)
     });
     assert_eq!(
-        (r.error, r.member_epoch, r.member_id.as_str()),
+        (r.error_code(), r.member_epoch, r.member_id.as_str()),
         (0, LEAVE_EPOCH, "b")
     );
     assert_eq!(w.group.group_epoch(), epoch + 1);
@@ -102,7 +102,7 @@ fn leaving_member_partitions_are_redistributed() {
     assert_eq!(all, (0..6).collect());
     // b is gone: its heartbeats are refused.
     let r = w.send(hb_req("b", epoch, None));
-    assert_eq!(r.error, ResponseError::UnknownMemberId.code());
+    assert_eq!(r.error_code(), ResponseError::UnknownMemberId.code());
 }
 
 #[test]
@@ -231,7 +231,7 @@ fn most_requested_server_assignor_is_used() {
         server_assignor: Some("range".to_string()),
         ..hb_req("a", epoch, None)
     });
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
     assert_eq!(
         w.group.group_epoch(),
         epoch + 1,

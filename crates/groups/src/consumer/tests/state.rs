@@ -9,23 +9,61 @@ fn offset_commit_and_fetch_validation() {
     let stale = ResponseError::StaleMemberEpoch.code();
     let unknown = ResponseError::UnknownMemberId.code();
     // Empty group: admin commits are fine.
-    assert_eq!(w.group.validate_offset_commit("", -1), Ok(()));
+    assert_eq!(
+        w.group.validate_offset_commit("", -1).map_err(|e| e.code()),
+        Ok(())
+    );
     w.join(join_req("a", &["t"]));
-    assert_eq!(w.group.validate_offset_commit("", -1), Err(unknown));
-    assert_eq!(w.group.validate_offset_commit("a", 1), Ok(()));
-    assert_eq!(w.group.validate_offset_commit("a", 0), Err(stale));
-    assert_eq!(w.group.validate_offset_commit("a", 2), Err(stale));
-    assert_eq!(w.group.validate_offset_commit("zz", 1), Err(unknown));
-    assert_eq!(w.group.validate_offset_fetch("", -1), Ok(()));
-    assert_eq!(w.group.validate_offset_fetch("a", 1), Ok(()));
-    assert_eq!(w.group.validate_offset_fetch("a", 7), Err(stale));
-    assert_eq!(w.group.validate_offset_fetch("zz", 1), Err(unknown));
+    assert_eq!(
+        w.group.validate_offset_commit("", -1).map_err(|e| e.code()),
+        Err(unknown)
+    );
+    assert_eq!(
+        w.group.validate_offset_commit("a", 1).map_err(|e| e.code()),
+        Ok(())
+    );
+    assert_eq!(
+        w.group.validate_offset_commit("a", 0).map_err(|e| e.code()),
+        Err(stale)
+    );
+    assert_eq!(
+        w.group.validate_offset_commit("a", 2).map_err(|e| e.code()),
+        Err(stale)
+    );
+    assert_eq!(
+        w.group
+            .validate_offset_commit("zz", 1)
+            .map_err(|e| e.code()),
+        Err(unknown)
+    );
+    assert_eq!(
+        w.group.validate_offset_fetch("", -1).map_err(|e| e.code()),
+        Ok(())
+    );
+    assert_eq!(
+        w.group.validate_offset_fetch("a", 1).map_err(|e| e.code()),
+        Ok(())
+    );
+    assert_eq!(
+        w.group.validate_offset_fetch("a", 7).map_err(|e| e.code()),
+        Err(stale)
+    );
+    assert_eq!(
+        w.group.validate_offset_fetch("zz", 1).map_err(|e| e.code()),
+        Err(unknown)
+    );
     // While a revokes for b, it commits with its (unchanged) epoch.
     let a_owned = w.group.members["a"].assigned.clone();
     w.join(join_req("b", &["t"]));
     w.send(hb_req("a", 1, Some(a_owned)));
-    assert_eq!(w.group.validate_offset_commit("a", 1), Ok(()));
-    assert_eq!(w.group.validate_offset_commit("b", 2), Ok(()));
+    assert_eq!(
+        w.group.validate_offset_commit("a", 1).map_err(|e| e.code()),
+        Ok(())
+    );
+    assert_eq!(
+        w.group.validate_offset_commit("b", 2).map_err(|e| e.code()),
+        Ok(())
+    );
 }
 
 #[test]
@@ -141,6 +179,6 @@ fn persists_only_when_something_durable_changes() {
         client_host: "/10.0.0.9".to_string(),
         ..hb_req("a", a.epoch, None)
     });
-    assert_eq!(r.error, 0);
+    assert_eq!(r.error_code(), 0);
     assert_eq!(w.persists, persists + 1);
 }
