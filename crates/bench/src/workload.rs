@@ -212,8 +212,8 @@ impl Rate {
             return Ok(Rate::Max);
         }
         let Some(body) = t.strip_suffix("/s") else {
-            return t.parse::<f64>().map(Rate::Records).map_err(|_| {
-                format!("rate {text:?}: write records/s (20000), \"20MB/s\" or \"max\"")
+            return t.parse::<f64>().map(Rate::Records).map_err(|e| {
+                format!("rate {text:?}: {e}; write records/s (20000), \"20MB/s\" or \"max\"")
             });
         };
         let (number, multiplier) = split_unit(body).ok_or_else(|| {

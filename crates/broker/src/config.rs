@@ -102,10 +102,9 @@ impl TopicConfig {
             return Ok(());
         };
         let int = |min: i64| -> Result<i64, ConfigError> {
-            let v: i64 = value
-                .trim()
-                .parse()
-                .map_err(|_| ConfigError(format!("{name} must be an integer, got '{value}'")))?;
+            let v: i64 = value.trim().parse().map_err(|e| {
+                ConfigError(format!("{name} must be an integer, got '{value}' ({e})"))
+            })?;
             if v < min {
                 return Err(ConfigError(format!(
                     "{name} must be at least {min}, got {v}"

@@ -45,7 +45,7 @@ impl FromStr for ByteSize {
         let bytes = if number.contains('.') {
             let value: f64 = number
                 .parse()
-                .map_err(|_| format!("{text:?} is not a size (e.g. 512MiB)"))?;
+                .map_err(|e| format!("{text:?} is not a size ({e}; e.g. 512MiB)"))?;
             let bytes = value * scale as f64;
             if !(0.0..1.8e19).contains(&bytes) {
                 return Err(format!("{text:?} is too large"));
@@ -54,7 +54,7 @@ impl FromStr for ByteSize {
         } else {
             let value: u64 = number
                 .parse()
-                .map_err(|_| format!("{text:?} is not a size (e.g. 512MiB)"))?;
+                .map_err(|e| format!("{text:?} is not a size ({e}; e.g. 512MiB)"))?;
             value
                 .checked_mul(scale)
                 .ok_or_else(|| format!("{text:?} is too large"))?

@@ -298,8 +298,8 @@ impl Connection {
         let correlation_id = self.send(request, version).await?;
         let frame = tokio::time::timeout(RESPONSE_TIMEOUT, self.read_frame())
             .await
-            .map_err(|_| {
-                anyhow!(
+            .with_context(|| {
+                format!(
                     "no {:?} response from {} within {} s",
                     R::API,
                     self.addr,

@@ -58,14 +58,14 @@ fn parse_start(s: &str) -> Result<StartAt, String> {
             if let Some(ts) = s.strip_prefix('@') {
                 ts.parse::<u64>()
                     .map(|t| StartAt::Timestamp(t.min(i64::MAX as u64) as i64))
-                    .map_err(|_| {
-                        format!("'@{ts}' is not @TIMESTAMP_MS (milliseconds since the epoch)")
+                    .map_err(|e| {
+                        format!("'@{ts}' is not @TIMESTAMP_MS (milliseconds since the epoch): {e}")
                     })
             } else {
                 s.parse::<u64>()
                     .map(|o| StartAt::Offset(o.min(i64::MAX as u64) as i64))
-                    .map_err(|_| {
-                        format!("'{s}' is not earliest, latest, an offset or @TIMESTAMP_MS")
+                    .map_err(|e| {
+                        format!("'{s}' is not earliest, latest, an offset or @TIMESTAMP_MS ({e})")
                     })
             }
         }

@@ -94,7 +94,7 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         let number = |v: String| {
             v.parse::<f64>()
-                .map_err(|_| format!("{flag}: '{v}' is not a number"))
+                .map_err(|e| format!("{flag}: '{v}' is not a number ({e})"))
         };
         match flag.as_str() {
             "--url" => args.url = value()?,

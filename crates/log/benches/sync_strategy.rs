@@ -305,7 +305,7 @@ impl SyncPool {
         self.next.store(0, Ordering::Relaxed);
         for tx in &self.go {
             tx.send(())
-                .map_err(|_| "an fdatasync worker exited unexpectedly".to_string())?;
+                .map_err(|e| format!("an fdatasync worker exited unexpectedly ({e})"))?;
         }
         let mut first_err = None;
         for _ in 0..self.go.len() {

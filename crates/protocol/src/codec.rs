@@ -68,7 +68,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let api_version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-    let api_key = ApiKey::try_from(raw_key).map_err(|_| DecodeError::UnknownApi {
+    // The codec's error for an unknown key is `()`: the key itself is all there is to keep.
+    let api_key = ApiKey::try_from(raw_key).map_err(|()| DecodeError::UnknownApi {
         api_key: raw_key,
         correlation_id,
     })?;

@@ -132,6 +132,13 @@ pub enum DecodeError {
         codec: &'static str,
         limit: usize,
     },
+    #[error("record batch at offset {base_offset} declares {count} records: {source}")]
+    BadRecordCount {
+        base_offset: i64,
+        count: i32,
+        #[source]
+        source: std::num::TryFromIntError,
+    },
     #[error("record batch at offset {base_offset} is malformed: {reason}")]
     Malformed {
         base_offset: i64,
@@ -286,10 +293,12 @@ impl FetchedBatch {
     /// buffer: nothing is allocated or reference-counted per record.
     pub fn iter_records(&self, limit_bytes: usize) -> Result<Records, DecodeError> {
         let buf = self.records_section(limit_bytes)?;
-        let count = usize::try_from(self.record_count).map_err(|_| DecodeError::Malformed {
-            base_offset: self.base_offset,
-            reason: "negative record count",
-        })?;
+        let count =
+            usize::try_from(self.record_count).map_err(|source| DecodeError::BadRecordCount {
+                base_offset: self.base_offset,
+                count: self.record_count,
+                source,
+            })?;
         Ok(Records {
             buf,
             count,

@@ -150,7 +150,7 @@ fn parse_datetime(s: &str) -> Result<i64, String> {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s
             .parse::<i64>()
-            .map_err(|_| format!("'{s}' is too large ({expected})"));
+            .map_err(|e| format!("'{s}' is too large ({e}; {expected})"));
     }
     let bad = || format!("'{s}' is not a time ({expected})");
     let b = s.as_bytes();
@@ -182,7 +182,7 @@ fn parse_datetime(s: &str) -> Result<i64, String> {
         let frac = &s[start..i];
         millis = format!("{:0<3}", &frac[..frac.len().min(3)])
             .parse::<i64>()
-            .map_err(|_| bad())?;
+            .map_err(|e| format!("{} ({e})", bad()))?;
     }
     let offset_minutes = match b.get(i) {
         Some(b'Z' | b'z') if i + 1 == b.len() => 0,
