@@ -114,3 +114,8 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
         }
     }
 }
+
+/// The Kafka error code for a partition-storage error (see `storage::StorageError`).
+pub fn storage_error_code(e: &crate::storage::StorageError) -> i16 {
+    log_error_code(e)
+}

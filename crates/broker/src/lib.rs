@@ -4,7 +4,9 @@
 //! hands each decoded request to [`Broker::handle`], which dispatches to one handler per API
 //! (`handlers/`), and gets back the response to encode (or none, for `acks=0` produce).
 //!
-//! - [`topics`]: the topics on disk and their partition logs;
+//! - [`topics`]: the topics on disk and their partitions;
+//! - [`storage`]: [`storage::PartitionStorage`], the one door to a partition's data (the local
+//!   log is its first implementation), and [`Broker::read`], the read every listener uses;
 //! - [`config`]: broker settings and topic configs;
 //! - [`errors`]: the one map from Sluice errors to Kafka error codes;
 //! - `handlers/`: one file per API.
@@ -22,6 +24,7 @@ pub mod log_limiter;
 pub mod memory;
 pub mod metrics;
 pub mod producers;
+pub mod storage;
 pub mod topics;
 
 use std::collections::BTreeMap;
@@ -313,7 +316,7 @@ impl Broker {
         for topic in self.topics.all() {
             for log in topic.partitions() {
                 match log.apply_retention() {
-                    Ok(outcome) => deleted += outcome.deleted_segments,
+                    Ok(units) => deleted += units,
                     Err(e) => tracing::error!(topic = %topic.name, error = %e, "retention"),
                 }
             }
@@ -362,9 +365,42 @@ impl Broker {
         topic: &Topic,
         partition: i32,
         records: &[u8],
-    ) -> Result<sluice_log::Appended, AppendError> {
+    ) -> Result<storage::Appended, AppendError> {
         handlers::produce::append_plain(self, topic, partition, records)
             .map_err(|(code, message)| AppendError { code, message })
+    }
+
+    /// Reads durable batches of one partition from `offset` (see
+    /// [`PartitionStorage::read`](storage::PartitionStorage::read)). With `wait`, a read that
+    /// finds nothing at the high watermark waits for records until that deadline and reads
+    /// again (an `offset` past the high watermark, appended but not durable, does not wait).
+    /// The HTTP API's read; the Kafka fetch, which waits on many partitions at once, uses the
+    /// same two steps (`read`, then [`storage::wait_for_data`]).
+    pub async fn read(
+        &self,
+        partition: &dyn storage::PartitionStorage,
+        offset: i64,
+        max_bytes: usize,
+        wait: Option<tokio::time::Instant>,
+    ) -> Result<storage::ReadResult, storage::StorageError> {
+        loop {
+            let read = partition.read(offset, max_bytes)?;
+            match wait {
+                Some(deadline)
+                    if read.records.is_empty()
+                        && offset <= read.high_watermark
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    storage::wait_for_data([(partition, read.high_watermark)], deadline).await;
+                }
+                _ => return Ok(read),
+            }
+        }
+    }
+
+    /// Now, in ms since 1970, from the broker's clock (record timestamps, commit times).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// The memory budget every listener draws from.

@@ -30,6 +30,7 @@ use uuid::Uuid;
 
 use crate::config::{BrokerConfig, TopicConfig};
 use crate::producers::PartitionProducers;
+use crate::storage::PartitionStorage;
 
 /// Longest topic name Kafka allows.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
@@ -67,6 +68,17 @@ pub enum TopicError {
     Log(#[from] LogError),
     #[error("corrupt topic metadata {path}: {detail}")]
     Corrupt { path: PathBuf, detail: String },
+}
+
+impl TopicError {
+    /// The data directory is full: nothing was changed, and a retry once space is freed works.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            TopicError::Log(e) => e.is_no_space(),
+            TopicError::Io { source, .. } => is_no_space(source),
+            _ => false,
+        }
+    }
 }
 
 /// An I/O error as a topic error; a full disk becomes [`LogError::NoSpace`], whose message says
@@ -121,19 +133,21 @@ pub struct Topic {
     pub name: String,
     pub id: Uuid,
     dir: PathBuf,
-    partitions: RwLock<Vec<PartitionLog>>,
+    /// The local logs; handed out as [`PartitionStorage`] (see `crate::storage`).
+    partitions: RwLock<Vec<Arc<PartitionLog>>>,
     /// Idempotent-producer state, one per partition (same indexes as `partitions`).
     producers: RwLock<Vec<Arc<Mutex<PartitionProducers>>>>,
     config: RwLock<TopicConfig>,
 }
 
 impl Topic {
-    /// The log of `partition`, if it exists.
-    pub fn partition(&self, partition: i32) -> Option<PartitionLog> {
+    /// The storage of `partition`, if it exists.
+    pub fn partition(&self, partition: i32) -> Option<Arc<dyn PartitionStorage>> {
         let partitions = self.partitions.read().expect("partitions lock");
-        usize::try_from(partition)
+        let log = usize::try_from(partition)
             .ok()
-            .and_then(|p| partitions.get(p).cloned())
+            .and_then(|p| partitions.get(p))?;
+        Some(Arc::clone(log) as Arc<dyn PartitionStorage>)
     }
 
     /// The idempotent-producer state of `partition`. Hold its lock across the sequence check
@@ -149,7 +163,14 @@ impl Topic {
         self.partitions.read().expect("partitions lock").len() as i32
     }
 
-    pub fn partitions(&self) -> Vec<PartitionLog> {
+    /// The storage of every partition, by partition number.
+    pub fn partitions(&self) -> Vec<Arc<dyn PartitionStorage>> {
+        let logs = self.logs().into_iter();
+        logs.map(|log| log as Arc<dyn PartitionStorage>).collect()
+    }
+
+    /// The local logs themselves, for what only they have (configs, close, producer state).
+    fn logs(&self) -> Vec<Arc<PartitionLog>> {
         self.partitions.read().expect("partitions lock").clone()
     }
 
@@ -357,7 +378,7 @@ impl TopicRegistry {
             .expect("topics lock")
             .remove(name)
             .ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
-        for log in topic.partitions() {
+        for log in topic.logs() {
             log.mark_deleted();
         }
         let doomed = self.root.join(format!(".deleted-{}", topic.id));
@@ -384,7 +405,7 @@ impl TopicRegistry {
         };
         write_meta(&topic.dir, &meta)?;
         let log_config = configs.log_config(&broker.log);
-        for log in topic.partitions() {
+        for log in topic.logs() {
             log.set_config(log_config)?;
         }
         *topic.config.write().expect("config lock") = configs;
@@ -426,12 +447,12 @@ impl TopicRegistry {
         // counts, which the next attempt simply reopens. Nothing half-made is ever served.
         let mut logs = Vec::with_capacity((count - current) as usize);
         for p in current..count {
-            logs.push(PartitionLog::open(
+            logs.push(Arc::new(PartitionLog::open(
                 topic.dir.join(p.to_string()),
                 log_config,
                 committer,
                 Arc::clone(clock),
-            )?);
+            )?));
         }
         write_meta(
             &topic.dir,
@@ -456,7 +477,7 @@ impl TopicRegistry {
     /// its producer state.
     pub fn close_all(&self) {
         for topic in self.all() {
-            for (p, log) in topic.partitions().iter().enumerate() {
+            for (p, log) in topic.logs().iter().enumerate() {
                 if let Err(e) = log.close() {
                     tracing::error!(topic = %topic.name, partition = p, error = %e, "closing partition log");
                     continue;
@@ -490,7 +511,7 @@ fn open_topic(
             Arc::clone(clock),
         )?;
         producers.push(Arc::new(Mutex::new(PartitionProducers::load(&log))));
-        partitions.push(log);
+        partitions.push(Arc::new(log));
     }
     Ok(Topic {
         name: name.to_owned(),

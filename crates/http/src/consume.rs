@@ -2,10 +2,10 @@
 //! the binary batch format, with an optional long poll.
 //!
 //! Flow: check the topic name, the caller's read grant and every query parameter (400 naming
-//! the parameter) → find the partition log (404) → register for high-watermark changes, then
-//! read (so no change between the read and the wait is missed, as the Kafka fetch handler does)
-//! → at the high watermark with `timeout_ms` > 0, wait for a change, the deadline or shutdown,
-//! and read again → decode the batches read (decompressing gzip/snappy/lz4/zstd, skipping
+//! the parameter) → find the partition's storage (404) → read with
+//! [`Broker::read`](sluice_broker::Broker::read), which at the high watermark with
+//! `timeout_ms` > 0 waits for records or the deadline (and misses no change between its read
+//! and its wait, as the Kafka fetch does; shutdown ends the wait early) → decode the batches read (decompressing gzip/snappy/lz4/zstd, skipping
 //! control batches and records before `offset`) up to `max_records` and `max_bytes`, reading
 //! on in growing chunks while more records are wanted → answer.
 //!
@@ -14,8 +14,8 @@
 //! (reading the whole budget first made it ~70 times slower; docs/benchmarks.md). Doubling
 //! keeps a read that does want the whole budget to a handful of log reads, each byte read once.
 //!
-//! Only durable data is read (`PartitionLog::read` stops at the high watermark), so nothing a
-//! reader sees can be lost in a crash.
+//! Only durable data is read (`PartitionStorage::read` stops at the high watermark), so nothing
+//! a reader sees can be lost in a crash.
 //!
 //! The binary answer (`Accept: application/x-sluice-batch`) allocates nothing per record: a
 //! first pass over the decoded batches counts the records and value bytes to send, then the
@@ -34,8 +34,9 @@ use base64::Engine;
 use bytes::{BufMut, BytesMut};
 use serde::Serialize;
 use serde::ser::Serializer;
+use sluice_broker::errors::storage_error_code;
+use sluice_broker::storage::{PartitionStorage, ReadResult, StorageError};
 use sluice_broker::topics::validate_topic_name;
-use sluice_log::{LogError, PartitionLog, ReadResult};
 use sluice_protocol::records::{Batches, DECOMPRESSED_BYTES_MAX, DecodeError, RecordView, Records};
 use tokio::time::Instant;
 
@@ -153,7 +154,7 @@ async fn read(
         .topics()
         .get(&topic_name)
         .ok_or_else(|| ApiError::not_found(format!("unknown topic '{topic_name}'")))?;
-    let log = i32::try_from(partition)
+    let storage = i32::try_from(partition)
         .ok()
         .and_then(|p| topic.partition(p))
         .ok_or_else(|| {
@@ -177,7 +178,7 @@ async fn read(
         )
         .into());
     }
-    let first = long_poll(state, &log, &params, first_read_bytes).await?;
+    let first = long_poll(state, &*storage, &params, first_read_bytes).await?;
     let params = match memory {
         Some(memory) if params.max_bytes > first_read_bytes => {
             let more = memory.grow_up_to(0, params.max_bytes - first_read_bytes);
@@ -189,7 +190,7 @@ async fn read(
         _ => params,
     };
     let (decoded, read) = read_on(first, first_read_bytes, &params, |offset, max_bytes| {
-        log.read(offset, max_bytes)
+        storage.read(offset, max_bytes)
     })?;
     state.broker.metrics().records_out(decoded.count as u64);
     if binary {
@@ -209,57 +210,52 @@ async fn read(
 /// for records (or shutdown) and reads again.
 async fn long_poll(
     state: &AppState,
-    log: &PartitionLog,
+    storage: &dyn PartitionStorage,
     params: &ReadParams,
     read_bytes: usize,
 ) -> Result<ReadResult, ReadError> {
+    let broker = &state.broker;
     let deadline = Instant::now() + params.timeout;
     let mut shutdown = state.shutdown.clone();
-    let mut stopping = *shutdown.borrow();
-    loop {
-        // Register before reading, so a high-watermark move between the two wakes us.
-        let changed = log.high_watermark_changed();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        let read = log.read(params.offset, read_bytes).map_err(|e| match e {
-            LogError::OffsetOutOfRange {
-                requested,
-                log_start,
-                high_watermark,
-            } => ReadError::OutOfRange {
-                offset: requested,
-                log_start_offset: log_start,
-                high_watermark,
-            },
-            other => {
-                if !matches!(other, LogError::Closed { .. }) {
-                    tracing::warn!(error = %other, "HTTP read failed");
-                }
-                ReadError::Api(ApiError::from_kafka(
-                    sluice_broker::errors::log_error_code(&other),
-                    other.to_string(),
-                ))
+    let wait = (!*shutdown.borrow()).then_some(deadline);
+    // Shutdown (or a shutdown sender that is gone) ends the wait early: read without waiting.
+    let stopping = async {
+        let _ = shutdown.wait_for(|s| *s).await;
+    };
+    let read = tokio::select! {
+        read = broker.read(storage, params.offset, read_bytes, wait) => read,
+        () = stopping => broker.read(storage, params.offset, read_bytes, None).await,
+    };
+    let read = read.map_err(|e| match e {
+        StorageError::OffsetOutOfRange {
+            requested,
+            log_start,
+            high_watermark,
+        } => ReadError::OutOfRange {
+            offset: requested,
+            log_start_offset: log_start,
+            high_watermark,
+        },
+        other => {
+            if !matches!(other, StorageError::Closed { .. }) {
+                tracing::warn!(error = %other, "HTTP read failed");
             }
-        })?;
-        // The log also serves offsets appended but not yet durable (as empty reads); over HTTP
-        // those are out of range like any offset past the high watermark.
-        if params.offset > read.high_watermark {
-            return Err(ReadError::OutOfRange {
-                offset: params.offset,
-                log_start_offset: read.log_start_offset,
-                high_watermark: read.high_watermark,
-            });
+            ReadError::Api(ApiError::from_kafka(
+                storage_error_code(&other),
+                other.to_string(),
+            ))
         }
-        if !read.records.is_empty() || stopping || Instant::now() >= deadline {
-            return Ok(read);
-        }
-        tokio::select! {
-            () = &mut changed => {}
-            () = tokio::time::sleep_until(deadline) => {}
-            // Ends early on shutdown (or when the shutdown sender is gone).
-            _ = shutdown.wait_for(|s| *s) => stopping = true,
-        }
+    })?;
+    // Storage also serves offsets appended but not yet durable (as empty reads); over HTTP
+    // those are out of range like any offset past the high watermark.
+    if params.offset > read.high_watermark {
+        return Err(ReadError::OutOfRange {
+            offset: params.offset,
+            log_start_offset: read.log_start_offset,
+            high_watermark: read.high_watermark,
+        });
     }
+    Ok(read)
 }
 
 /// The records of one read to answer with.
@@ -282,7 +278,7 @@ struct Slice {
     take: usize,
 }
 
-/// Decodes `first` and reads on (`read(offset, max_bytes)`, the partition log's read), in
+/// Decodes `first` and reads on (`read(offset, max_bytes)`, the partition's read), in
 /// chunks that double from `first_read_bytes`, while the answer wants more records, the stored
 /// bytes read stay under `max_bytes` and the log has more. Returns the records to answer with
 /// and the log's offsets as of the last read.
@@ -293,7 +289,7 @@ fn read_on(
     first: ReadResult,
     first_read_bytes: usize,
     params: &ReadParams,
-    mut read: impl FnMut(i64, usize) -> Result<ReadResult, LogError>,
+    mut read: impl FnMut(i64, usize) -> Result<ReadResult, StorageError>,
 ) -> Result<(Decoded, ReadResult), ApiError> {
     let mut decoded = Decoded::new(params.offset);
     let mut budget_bytes = 0usize;
@@ -319,7 +315,7 @@ fn read_on(
             Err(e) => {
                 if !matches!(
                     e,
-                    LogError::Closed { .. } | LogError::OffsetOutOfRange { .. }
+                    StorageError::Closed { .. } | StorageError::OffsetOutOfRange { .. }
                 ) {
                     tracing::warn!(error = %e, "HTTP read failed reading on; answering with the records read so far");
                 }
@@ -679,9 +675,9 @@ fn integer(name: &str, raw: &str, min: u64, max: u64, range: &str) -> Result<u64
 /// A partition number (path segment or query parameter): an integer from 0 up, else 400. (A
 /// partition the topic does not have is a 404, checked by the caller.)
 pub(crate) fn parse_partition(what: &str, raw: &str) -> Result<u64, ApiError> {
-    raw.trim().parse::<u64>().map_err(|_| {
+    raw.trim().parse::<u64>().map_err(|e| {
         ApiError::bad_request(format!(
-            "{what} must be a partition number (an integer from 0 up), got '{raw}'"
+            "{what} must be a partition number (an integer from 0 up), got '{raw}' ({e})"
         ))
     })
 }
@@ -813,9 +809,9 @@ mod tests {
             self.batches.last().map_or(0, |b| b.1)
         }
 
-        /// As `PartitionLog::read`: from the batch holding `offset`, at least one whole batch,
+        /// As `PartitionStorage::read`: from the batch holding `offset`, at least one whole batch,
         /// then more while they fit in `max_bytes`.
-        fn read(&mut self, offset: i64, max_bytes: usize) -> Result<ReadResult, LogError> {
+        fn read(&mut self, offset: i64, max_bytes: usize) -> Result<ReadResult, StorageError> {
             self.reads.push((offset, max_bytes));
             let first = self.batches.iter().position(|b| b.1 > offset);
             let records = match first {
@@ -943,7 +939,7 @@ mod tests {
         let wanted = params(0, 5_000, 64 << 20);
         let first = log.read(0, FIRST_READ_BYTES).unwrap();
         let (d, read) = read_on(first, FIRST_READ_BYTES, &wanted, |_, _| {
-            Err(LogError::OffsetOutOfRange {
+            Err(StorageError::OffsetOutOfRange {
                 requested: 0,
                 log_start: 600,
                 high_watermark: 10_000,

@@ -83,7 +83,7 @@ pub async fn commit(
             "offsets is empty; give at least one {\"topic\", \"partition\", \"offset\"}",
         ));
     }
-    let now_ms = now_ms();
+    let now_ms = state.broker.now_ms();
     let mut seen = BTreeSet::new();
     let mut offsets = Vec::with_capacity(req.offsets.len());
     for o in req.offsets {
@@ -258,10 +258,4 @@ fn kafka_error_text(code: i16) -> String {
         }
         None => format!("the group coordinator refused the request (Kafka error code {code})"),
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -33,8 +33,9 @@ use bytes::BytesMut;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use sluice_broker::Topic;
+use sluice_broker::errors::storage_error_code;
+use sluice_broker::storage::Appended;
 use sluice_broker::topics::validate_topic_name;
-use sluice_log::Appended;
 use sluice_protocol::partitioner::partition_for_key;
 use sluice_protocol::records::{BatchBuilder, Header, ProducerRecord, RecordRef};
 
@@ -170,7 +171,7 @@ async fn produce_binary(
         .map(|raw| consume::parse_partition("query parameter 'partition'", raw))
         .transpose()?;
     let records = BinaryBody::parse(body, state.config.max_records_per_request)?;
-    let now_ms = now_ms();
+    let now_ms = state.broker.now_ms();
     if let Some(largest) = records
         .values()
         .map(|v| binary_record(v, now_ms))
@@ -206,7 +207,8 @@ async fn produce_json(
     target: &Target,
     body: &[u8],
 ) -> Result<Json<ProduceAnswer>, ApiError> {
-    let records = parse_json_records(body, state.config.max_records_per_request)?;
+    let now_ms = state.broker.now_ms();
+    let records = parse_json_records(body, state.config.max_records_per_request, now_ms)?;
     // Every record's partition, checked before anything is written.
     let mut keyless = None;
     let mut targets = Vec::with_capacity(records.len());
@@ -266,12 +268,6 @@ async fn produce_json(
             .collect(),
         offsets: Some(offsets),
     }))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// True when the body is the binary format; anything else (including no Content-Type, or
@@ -340,7 +336,7 @@ fn encode_records<'r>(
 async fn durable(appended: &Appended) -> Result<(), ApiError> {
     appended.durable().await.map(|_| ()).map_err(|e| {
         tracing::warn!(error = %e, "produce over HTTP failed to become durable");
-        ApiError::from_kafka(sluice_broker::errors::log_error_code(&e), e.to_string())
+        ApiError::from_kafka(storage_error_code(&e), e.to_string())
     })
 }
 
@@ -520,7 +516,11 @@ struct ParsedRecord {
 }
 
 /// Parses a JSON body: one record object or a non-empty array of them.
-fn parse_json_records(body: &[u8], max_records: usize) -> Result<Vec<ParsedRecord>, ApiError> {
+fn parse_json_records(
+    body: &[u8],
+    max_records: usize,
+    now_ms: i64,
+) -> Result<Vec<ParsedRecord>, ApiError> {
     let invalid = |e: serde_json::Error| {
         ApiError::bad_request(format!(
             "invalid JSON body: {e} (send a record object or an array of them; binary bodies need Content-Type: {BINARY_CONTENT_TYPE})"
@@ -555,12 +555,11 @@ fn parse_json_records(body: &[u8], max_records: usize) -> Result<Vec<ParsedRecor
             raw.len()
         )));
     }
-    let now = now_ms();
     let count = raw.len();
     raw.into_iter()
         .enumerate()
         .map(|(i, r)| {
-            convert(r, now)
+            convert(r, now_ms)
                 .map_err(|e| ApiError::bad_request(format!("{}: {e}", record_name(i, count))))
         })
         .collect()
@@ -581,7 +580,9 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 fn convert(r: JsonRecord, now: i64) -> Result<ParsedRecord, String> {
     let partition = r
         .partition
-        .map(|p| u64::try_from(p).map_err(|_| format!("\"partition\" must be 0 or more, got {p}")))
+        .map(|p| {
+            u64::try_from(p).map_err(|e| format!("\"partition\" must be 0 or more, got {p} ({e})"))
+        })
         .transpose()?;
     let timestamp_ms = match r.timestamp {
         Some(t) if t < 0 => {
@@ -787,7 +788,7 @@ pub(crate) mod tests {
             {"key": "a2V5", "value": "AP8=", "headers": {"h": "aGk="}, "encoding": "base64"},
             {"key": null, "value": null}
         ]"#;
-        let records = parse_json_records(body, 10).unwrap();
+        let records = parse_json_records(body, 10, 1_000).unwrap();
         assert_eq!(records.len(), 5);
         let r = &records[0].record;
         assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
@@ -807,6 +808,10 @@ pub(crate) mod tests {
         );
         assert_eq!(r.headers[0].0, "z", "map headers keep their order");
         assert_eq!(r.timestamp_ms, 5);
+        assert_eq!(
+            records[0].record.timestamp_ms, 1_000,
+            "no timestamp: the broker's now"
+        );
         assert_eq!(records[2].record.value.as_deref(), Some(&b"42"[..]));
         assert_eq!(records[2].partition, Some(2));
         let r = &records[3].record;
@@ -816,14 +821,14 @@ pub(crate) mod tests {
         assert_eq!(records[4].record.key, None);
         assert_eq!(records[4].record.value, None);
 
-        let one = parse_json_records(br#"{"value": "solo"}"#, 1).unwrap();
+        let one = parse_json_records(br#"{"value": "solo"}"#, 1, 1_000).unwrap();
         assert_eq!(one.len(), 1);
     }
 
     #[test]
     fn json_errors_say_what_is_wrong() {
         let check = |body: &str, status: u16, words: &[&str]| {
-            let err = parse_json_records(body.as_bytes(), 2).unwrap_err();
+            let err = parse_json_records(body.as_bytes(), 2, 1_000).unwrap_err();
             assert_eq!(err.status.as_u16(), status, "{}", err.message);
             for w in words {
                 assert!(err.message.contains(w), "{w:?} not in {}", err.message);

@@ -232,12 +232,7 @@ fn topic_error(e: TopicError) -> ApiError {
         TopicError::AlreadyExists(_) => ApiError::conflict(e.to_string()),
         TopicError::Unknown(_) => ApiError::not_found(e.to_string()),
         // A full data directory clears when space is freed: a retry will do.
-        TopicError::Log(log) if log.is_no_space() => {
-            ApiError::unavailable(format!("the data directory is full: {e}"))
-        }
-        TopicError::Io { source, .. } if sluice_log::is_no_space(source) => {
-            ApiError::unavailable(format!("the data directory is full: {e}"))
-        }
+        _ if e.is_no_space() => ApiError::unavailable(format!("the data directory is full: {e}")),
         TopicError::Io { .. } | TopicError::Log(_) | TopicError::Corrupt { .. } => {
             tracing::error!(error = %e, "topic admin over HTTP");
             ApiError::internal(format!("storage error: {e}"))

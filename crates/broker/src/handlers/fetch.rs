@@ -3,14 +3,15 @@
 //!
 //! Sessions: the broker answers with session id 0, which tells clients to keep sending full
 //! fetch requests (KIP-227's sessionless mode); every client supports it.
+//!
+//! Reads and waits go through the storage door (`crate::storage`): `PartitionStorage::read`
+//! per partition, then `storage::wait_for_data` over every partition of the request.
 
 use std::net::IpAddr;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::select_all;
 use sluice_log::batch::BatchView;
-use sluice_log::{LogError, PartitionLog};
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
@@ -19,7 +20,30 @@ use sluice_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::time::Instant;
 
 use crate::memory::{Ask, Class, Reservation};
+use crate::storage::{self, PartitionStorage, StorageError};
 use crate::{Broker, errors};
+
+/// A Fetch's `isolation_level`, read at the handler edge. Both read up to the high watermark:
+/// transactional batches are refused at produce, so the last stable offset always equals it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// The wire value (0 or 1); `None` for anything else.
+    pub fn from_wire(level: i8) -> Option<Isolation> {
+        match level {
+            0 => Some(Isolation::ReadUncommitted),
+            1 => Some(Isolation::ReadCommitted),
+            _ => None,
+        }
+    }
+}
+
+/// A requested partition: its storage, or the error code every answer for it carries.
+type Target = Result<Arc<dyn PartitionStorage>, i16>;
 
 /// Answers one Fetch, with the memory reservation that covers its records until they are
 /// written.
@@ -49,8 +73,9 @@ pub async fn handle(
     let pass_min_bytes = max_bytes.min(broker.config().max_message_bytes.max(1) as usize);
     let budget = broker.memory();
     let ask = Ask::new(Class::Bulk, client);
-    // Resolve each requested partition's log once.
-    let targets: Vec<Vec<Option<PartitionLog>>> = req
+    let isolation = Isolation::from_wire(req.isolation_level);
+    // Resolve each requested partition's storage once.
+    let targets: Vec<Vec<Target>> = req
         .topics
         .iter()
         .map(|t| {
@@ -58,24 +83,19 @@ pub async fn handle(
             t.partitions
                 .iter()
                 .map(|p| {
-                    topic
+                    let part = topic
                         .as_ref()
-                        .and_then(|topic| topic.partition(p.partition))
+                        .and_then(|topic| topic.partition(p.partition));
+                    match (isolation, part) {
+                        (None, _) => Err(ResponseError::InvalidRequest.code()),
+                        (_, None) => Err(ResponseError::UnknownTopicOrPartition.code()),
+                        (_, Some(part)) => Ok(part),
+                    }
                 })
                 .collect()
         })
         .collect();
     loop {
-        // Register for high-watermark changes before reading, so none is missed in between.
-        let mut changed: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> = targets
-            .iter()
-            .flatten()
-            .flatten()
-            .map(|log| Box::pin(log.high_watermark_changed()))
-            .collect();
-        for n in &mut changed {
-            n.as_mut().enable();
-        }
         let mut memory = match budget.try_reserve_up_to(pass_min_bytes, max_bytes, ask) {
             Some(memory) => memory,
             None => {
@@ -90,14 +110,21 @@ pub async fn handle(
         };
         let (response, bytes, errors) = read_once(&req, &targets, Some(memory.bytes()));
         memory.resize(bytes);
-        if bytes >= min_bytes || errors || changed.is_empty() || Instant::now() >= deadline {
+        let no_partitions = targets.iter().all(Vec::is_empty);
+        if bytes >= min_bytes || errors || no_partitions || Instant::now() >= deadline {
             if bytes > 0 {
                 broker.metrics().records_out(record_count(&response));
             }
             return (response, memory);
         }
+        // Wait for a high watermark past the one this pass saw (one that moved since the read
+        // ends the wait at once: nothing is missed). No memory is held while waiting.
+        let seen = response.responses.iter().flat_map(|t| &t.partitions);
+        let waits: Vec<(&dyn PartitionStorage, i64)> = (targets.iter().flatten().zip(seen))
+            .filter_map(|(t, p)| Some((&**t.as_ref().ok()?, p.high_watermark)))
+            .collect();
         drop((response, memory));
-        let _ = tokio::time::timeout_at(deadline, select_all(changed)).await;
+        storage::wait_for_data(waits, deadline).await;
     }
 }
 
@@ -105,7 +132,7 @@ pub async fn handle(
 /// `max_bytes` of `None` reads no records, only each partition's offsets.
 fn read_once(
     req: &FetchRequest,
-    targets: &[Vec<Option<PartitionLog>>],
+    targets: &[Vec<Target>],
     max_bytes: Option<usize>,
 ) -> (FetchResponse, usize, bool) {
     let mut remaining = max_bytes.unwrap_or(0);
@@ -122,13 +149,16 @@ fn read_once(
                 .zip(logs)
                 .map(|(p, log)| {
                     let data = PartitionData::default().with_partition_index(p.partition);
-                    let Some(log) = log else {
-                        any_error = true;
-                        return data
-                            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                    let log = match log {
+                        Ok(log) => log,
+                        Err(code) => {
+                            any_error = true;
+                            return data
+                                .with_error_code(*code)
                             .with_high_watermark(-1)
                             .with_last_stable_offset(-1)
-                            .with_log_start_offset(-1);
+                                .with_log_start_offset(-1);
+                        }
                     };
                     if max_bytes.is_none() {
                         return data
@@ -154,10 +184,10 @@ fn read_once(
                         }
                         Err(e) => {
                             any_error = true;
-                            if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed { .. }) {
+                            if !matches!(e, StorageError::OffsetOutOfRange { .. } | StorageError::Closed { .. }) {
                                 tracing::warn!(topic = %&*t.topic.0, partition = p.partition, error = %e, "fetch failed");
                             }
-                            data.with_error_code(errors::log_error_code(&e))
+                            data.with_error_code(errors::storage_error_code(&e))
                                 .with_high_watermark(log.high_watermark())
                                 .with_last_stable_offset(log.high_watermark())
                                 .with_log_start_offset(log.log_start_offset())

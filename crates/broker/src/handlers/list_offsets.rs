@@ -6,14 +6,23 @@ use sluice_protocol::kafka_protocol::messages::list_offsets_response::{
 };
 use sluice_protocol::kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
+use crate::storage::OffsetSpec;
 use crate::{Broker, errors};
 
-/// Special timestamps of ListOffsets.
-const LATEST: i64 = -1;
-const EARLIEST: i64 = -2;
+/// ListOffsets' "max timestamp" (KIP-734), which Sluice does not implement.
 const MAX_TIMESTAMP: i64 = -3;
-const EARLIEST_LOCAL: i64 = -4;
-const LATEST_TIERED: i64 = -5;
+
+/// The offset a ListOffsets timestamp asks for; `None` for a negative value with no meaning.
+fn offset_spec(timestamp: i64) -> Option<OffsetSpec> {
+    match timestamp {
+        -1 => Some(OffsetSpec::Latest),
+        // -4 is "earliest local": every offset is local.
+        -2 | -4 => Some(OffsetSpec::Earliest),
+        -5 => Some(OffsetSpec::LatestTiered),
+        ms if ms >= 0 => Some(OffsetSpec::Timestamp(ms)),
+        _ => None,
+    }
+}
 
 pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     // The leader epoch field exists from v4.
@@ -36,19 +45,15 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         return response
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
-                    let found = match p.timestamp {
-                        LATEST => Ok(Some((log.high_watermark(), -1))),
-                        EARLIEST | EARLIEST_LOCAL => Ok(Some((log.log_start_offset(), -1))),
-                        // Nothing is tiered: no offset.
-                        LATEST_TIERED => Ok(None),
-                        MAX_TIMESTAMP => {
+                    let found = match offset_spec(p.timestamp) {
+                        _ if p.timestamp == MAX_TIMESTAMP => {
                             return response
                                 .with_error_code(ResponseError::UnsupportedVersion.code());
                         }
-                        ts if ts < 0 => {
+                        Some(spec) => log.offset_for(spec),
+                        None => {
                             return response.with_error_code(ResponseError::InvalidRequest.code());
                         }
-                        ts => log.offset_for_timestamp(ts),
                     };
                     match found {
                         Ok(Some((offset, timestamp))) => response
@@ -56,7 +61,7 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                             .with_timestamp(timestamp)
                             .with_leader_epoch(epoch),
                         Ok(None) => response,
-                        Err(e) => response.with_error_code(errors::log_error_code(&e)),
+                        Err(e) => response.with_error_code(errors::storage_error_code(&e)),
                     }
                 })
                 .collect();

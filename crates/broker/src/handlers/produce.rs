@@ -13,7 +13,7 @@
 use futures::FutureExt;
 use futures::future::{BoxFuture, join_all};
 use sluice_log::batch::{self, BatchView, Peek};
-use sluice_log::{Appended, BatchError, LogError, PartitionLog};
+use sluice_log::{BatchError, LogError};
 use sluice_protocol::kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
@@ -21,6 +21,7 @@ use sluice_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse}
 
 use super::str_bytes;
 use crate::producers::{self, ProducerError, Verdict};
+use crate::storage::Appended;
 use crate::topics::Topic;
 use crate::{Broker, errors};
 
@@ -200,7 +201,7 @@ fn append(
         topic: topic.name.clone(),
         partition,
     };
-    let log: PartitionLog = topic.partition(partition).ok_or_else(unknown)?;
+    let log = topic.partition(partition).ok_or_else(unknown)?;
     let max = topic
         .config()
         .max_message_bytes(broker.config().max_message_bytes);
