@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use sluice_log::{FlushPolicy, LogConfig};
+use sluice_log::LogConfig;
+
+/// When appends are synced (group commit, or every N ms): the type of `BrokerConfig::flush`.
+pub use sluice_log::FlushPolicy;
 
 /// Kafka's default `max.message.bytes`: the largest record batch a topic accepts.
 pub const MAX_MESSAGE_BYTES_DEFAULT: i64 = 1_048_588;

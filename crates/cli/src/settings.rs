@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use sluice_broker::BrokerConfig;
+use sluice_broker::config::FlushPolicy;
 use sluice_http::HttpConfig;
 use sluice_http::auth::{ApiKeyConfig, Auth};
-use sluice_log::FlushPolicy;
 use sluice_server::ServerConfig;
 
 use crate::bytesize::ByteSize;
