@@ -1,101 +1,64 @@
-//! The broker's metrics: request counts and latencies of both listeners, bytes and records in
-//! and out, and (read at render time) fsync, topic, partition and consumer-lag figures, as
-//! Prometheus text (exposition format 0.0.4), served by the HTTP API's `/metrics`.
+//! The broker's metrics: request counts and latencies of the Kafka listener, bytes and
+//! records in and out, and (read at render time) fsync, topic, partition and consumer-lag
+//! figures, as Prometheus text (exposition format 0.0.4), served by the HTTP API's `/metrics`.
 //!
 //! Where it sits: the Kafka listener calls [`Metrics::kafka_request`] once per answered request,
-//! the HTTP API's middleware calls [`Metrics::http_request`] once per response, and the produce
-//! and fetch paths count records. [`render`] reads those counters plus the current state of the
-//! broker (the group committer's fsync histogram, every partition's offsets and size, every
-//! group's committed offsets).
+//! and the produce and fetch paths of both listeners count records. [`render`] reads those
+//! counters plus the current state of the broker (the group committer's fsync histogram, every
+//! partition's offsets and size, every group's committed offsets), and puts in the series of
+//! the listeners that keep their own ([`ListenerSeries`]: the HTTP API's live in
+//! `sluice-http`'s `metrics.rs`). Every latency histogram uses the one bucket layout of
+//! [`sluice_log::LATENCY_BUCKET_BOUNDS_MICROS`] and its lock-free [`LatencyHistogram`].
 //!
-//! Why hand-rolled rather than the `metrics` facade with a Prometheus exporter: the facade
-//! installs one recorder per process, but these metrics belong to a [`Broker`] instance — tests
-//! run several brokers in one process and each must report only its own numbers. What is needed
-//! is small: counters and fixed-bucket histograms.
+//! ## Why a hand-written renderer, not `prometheus-client`
 //!
-//! Cost on the hot paths: a Kafka request is a few relaxed atomic adds on a slot indexed by its
-//! API key (no lock, no allocation). An HTTP request takes a short mutex over a small list of
-//! (method, route) series; a series is allocated the first time it is seen, never after. The
-//! number of series is bounded ([`HTTP_SERIES_MAX`]), and methods outside the standard set are
-//! counted as `other`, so no client can grow it.
+//! Weighed against `prometheus-client` (a per-instance `Registry`, typed counters, gauges,
+//! histograms and labelled `Family`s), the small renderer here ([`Text`]) wins on each point
+//! that matters to Sluice:
+//! - **Hot-path cost.** A Kafka request costs two relaxed atomic adds on a slot indexed by its
+//!   API key: no lock, no hashing, no allocation. A labelled `Family` hashes the label set and
+//!   takes a read lock (a write lock and an allocation for a new series) on every observation.
+//! - **Series computed at scrape time.** Most series (partition offsets and sizes, consumer
+//!   lag, data-directory space, the memory budget, fsyncs) are read from broker state when
+//!   scraped, not recorded. With `prometheus-client` each would need a custom collector
+//!   writing through its encoder: the same code as here, behind a larger API.
+//! - **Exact output.** Its text encoder writes OpenMetrics: `# EOF`, counters declared without
+//!   their `_total` suffix (`# TYPE sluice_fsyncs counter`), a `.` appended to every HELP
+//!   text. Dashboards, alerts and tests read today's names, HELP and TYPE lines; those must
+//!   not change.
+//! - **Per-instance state** is what this already has: the numbers live in a [`Metrics`] owned
+//!   by one [`Broker`] (and the HTTP series in one `AppState`), so tests that run several
+//!   brokers in one process each see their own. (That is also why not the `metrics` facade:
+//!   it installs one recorder per process.)
+//! - **Dependency weight**: none added; the renderer is about 100 lines, with escaping tested.
+//!
+//! Cost on the hot paths: see above for Kafka; the HTTP API's series are described in
+//! `sluice-http`'s `metrics.rs` (a short mutex over a bounded list of (method, route) series).
 
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+pub use sluice_log::{LATENCY_BUCKET_BOUNDS_MICROS, LatencyHistogram, LatencySnapshot};
 use sluice_protocol::kafka_protocol::messages::ApiKey;
 
 use crate::Broker;
-
-/// Upper bounds of the request latency buckets, in microseconds (100 µs to 10 s). Slower
-/// requests land in one more, open-ended bucket (`le="+Inf"`).
-pub const LATENCY_BUCKET_BOUNDS_MICROS: [u64; 16] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 5_000_000, 10_000_000,
-];
-
-/// Buckets of a latency histogram: one per bound plus the open-ended one.
-const LATENCY_BUCKETS: usize = LATENCY_BUCKET_BOUNDS_MICROS.len() + 1;
 
 /// Kafka API keys that get their own slot (keys run 0..=92 today; the decoder only lets through
 /// the ones Sluice supports). A key outside the range is counted in the last slot, `unknown`.
 const KAFKA_API_SLOTS: usize = 128;
 
-/// Most (method, route) series kept for HTTP requests. Routes are a fixed handful plus
-/// `unmatched`, and methods are folded to the standard set, so the real number is small; past
-/// the limit requests are counted under the route `other`.
-pub const HTTP_SERIES_MAX: usize = 256;
-
-/// The listener labels of `sluice_bytes_in_total` / `sluice_bytes_out_total`.
+/// The listener label of the Kafka listener's `sluice_bytes_in_total` / `sluice_bytes_out_total`.
 const LISTENER_KAFKA: &str = "kafka";
-const LISTENER_HTTP: &str = "http";
 
-/// A fixed-bucket latency histogram of relaxed atomics (lock-free).
-#[derive(Debug, Default)]
-struct Histogram {
-    /// Not cumulative: `buckets[i]` counts observations in (bound[i-1], bound[i]].
-    buckets: [AtomicU64; LATENCY_BUCKETS],
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    fn observe(&self, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        let bucket = LATENCY_BUCKET_BOUNDS_MICROS.partition_point(|&bound| bound < micros);
-        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> ([u64; LATENCY_BUCKETS], u64) {
-        (
-            std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
-            self.sum_micros.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// One (method, route) of the HTTP API: its latency and its answers by status.
-#[derive(Debug)]
-struct HttpSeries {
-    method: &'static str,
-    route: String,
-    latency: Histogram,
-    /// (status, count); a handful of statuses per route.
-    statuses: Vec<(u16, u64)>,
-}
-
-/// Counters and latency histograms, shared by the Kafka listener and the HTTP API.
+/// Counters and latency histograms of the Kafka listener, and records in and out of both
+/// listeners.
 #[derive(Debug)]
 pub struct Metrics {
     /// Indexed by API key; the request count is the histogram's count.
-    kafka: Box<[Histogram]>,
+    kafka: Box<[LatencyHistogram]>,
     kafka_bytes_in: AtomicU64,
     kafka_bytes_out: AtomicU64,
-    http: Mutex<Vec<HttpSeries>>,
-    http_bytes_in: AtomicU64,
-    http_bytes_out: AtomicU64,
-    http_connections: HttpConnectionMetrics,
     records_in: AtomicU64,
     records_out: AtomicU64,
     listener: ListenerMetrics,
@@ -122,13 +85,11 @@ struct ListenerMetrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
-            kafka: (0..KAFKA_API_SLOTS).map(|_| Histogram::default()).collect(),
+            kafka: (0..KAFKA_API_SLOTS)
+                .map(|_| LatencyHistogram::default())
+                .collect(),
             kafka_bytes_in: AtomicU64::new(0),
             kafka_bytes_out: AtomicU64::new(0),
-            http: Mutex::new(Vec::new()),
-            http_bytes_in: AtomicU64::new(0),
-            http_bytes_out: AtomicU64::new(0),
-            http_connections: HttpConnectionMetrics::default(),
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
             listener: ListenerMetrics::default(),
@@ -155,59 +116,6 @@ impl Metrics {
             .fetch_add(bytes_in as u64, Ordering::Relaxed);
         self.kafka_bytes_out
             .fetch_add(bytes_out as u64, Ordering::Relaxed);
-    }
-
-    /// One HTTP request answered: its route pattern (e.g. `/topics/{topic}/records`), method,
-    /// status, time to the response head, and body sizes.
-    pub fn http_request(
-        &self,
-        method: &str,
-        route: &str,
-        status: u16,
-        elapsed: Duration,
-        bytes_in: u64,
-        bytes_out: u64,
-    ) {
-        self.http_bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
-        self.http_bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
-        let method = standard_method(method);
-        // A panic elsewhere while holding the lock cannot leave the series inconsistent
-        // (every update is a single push or add), so a poisoned lock is still usable.
-        let mut series = self.http.lock().unwrap_or_else(|p| p.into_inner());
-        let index = match series
-            .iter()
-            .position(|s| s.method == method && s.route == route)
-        {
-            Some(i) => i,
-            None => {
-                let route = if series.len() < HTTP_SERIES_MAX - 1 {
-                    route
-                } else {
-                    "other"
-                };
-                match series
-                    .iter()
-                    .position(|s| s.method == method && s.route == route)
-                {
-                    Some(i) => i,
-                    None => {
-                        series.push(HttpSeries {
-                            method,
-                            route: route.to_owned(),
-                            latency: Histogram::default(),
-                            statuses: Vec::new(),
-                        });
-                        series.len() - 1
-                    }
-                }
-            }
-        };
-        let s = &mut series[index];
-        s.latency.observe(elapsed);
-        match s.statuses.iter_mut().find(|(code, _)| *code == status) {
-            Some((_, count)) => *count += 1,
-            None => s.statuses.push((status, 1)),
-        }
     }
 
     /// Records appended through either listener.
@@ -239,33 +147,19 @@ impl Metrics {
 
     /// Requests answered through the Kafka listener so far, all APIs together.
     pub fn kafka_requests_total(&self) -> u64 {
-        self.kafka
-            .iter()
-            .map(|h| h.snapshot().0.iter().sum::<u64>())
-            .sum()
-    }
-
-    /// Requests answered through the HTTP API so far.
-    pub fn http_requests_total(&self) -> u64 {
-        let series = self.http.lock().unwrap_or_else(|p| p.into_inner());
-        series
-            .iter()
-            .flat_map(|s| s.statuses.iter().map(|(_, n)| n))
-            .sum()
+        self.kafka.iter().map(|h| h.snapshot().count()).sum()
     }
 }
 
-/// `method` as one of the standard method names, or `other` (keeps the series bounded and
-/// the label free of client-chosen text).
-fn standard_method(method: &str) -> &'static str {
-    const STANDARD: [&str; 9] = [
-        "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "TRACE", "CONNECT",
-    ];
-    STANDARD
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or("other")
+/// The series of a listener that keeps its own (the HTTP API), for [`render`] to put in their
+/// place among the broker's.
+pub trait ListenerSeries {
+    /// The `listener` label of its `sluice_bytes_in_total` / `sluice_bytes_out_total` samples.
+    fn listener(&self) -> &'static str;
+    /// Its own families (requests, latencies, connections), written after the memory budget's.
+    fn render(&self, out: &mut Text);
+    /// `(bytes received, bytes sent)` so far.
+    fn bytes(&self) -> (u64, u64);
 }
 
 /// The name of API key slot `slot`, for the `api` label.
@@ -279,11 +173,12 @@ fn api_name(slot: usize) -> String {
     }
 }
 
-/// The Prometheus text exposition (format 0.0.4) of `broker`'s metrics and current state.
+/// The Prometheus text exposition (format 0.0.4) of `broker`'s metrics and current state, with
+/// the series of `listeners` (the HTTP API's) in their place.
 ///
 /// Takes the locks of the topic registry, each partition and the group coordinator briefly,
 /// one at a time; meant to run off the async runtime (`spawn_blocking`).
-pub fn render(broker: &Broker) -> String {
+pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
     let mut out = Text::default();
     let m = broker.metrics();
 
@@ -293,20 +188,20 @@ pub fn render(broker: &Broker) -> String {
         "counter",
         "Kafka requests answered, by API.",
     );
-    let kafka: Vec<(String, [u64; LATENCY_BUCKETS], u64)> = m
+    let kafka: Vec<(String, LatencySnapshot)> = m
         .kafka
         .iter()
         .enumerate()
         .filter_map(|(slot, h)| {
-            let (buckets, sum) = h.snapshot();
-            (buckets.iter().sum::<u64>() > 0).then(|| (api_name(slot), buckets, sum))
+            let snapshot = h.snapshot();
+            (snapshot.count() > 0).then(|| (api_name(slot), snapshot))
         })
         .collect();
-    for (api, buckets, _) in &kafka {
+    for (api, snapshot) in &kafka {
         out.sample(
             "sluice_kafka_requests_total",
             &[("api", api)],
-            buckets.iter().sum::<u64>(),
+            snapshot.count(),
         );
     }
     out.family(
@@ -314,24 +209,17 @@ pub fn render(broker: &Broker) -> String {
         "histogram",
         "Time from decoding a Kafka request to having its response encoded, by API.",
     );
-    for (api, buckets, sum) in &kafka {
+    for (api, snapshot) in &kafka {
         out.histogram(
             "sluice_kafka_request_duration_seconds",
             &[("api", api)],
-            &LATENCY_BUCKET_BOUNDS_MICROS,
-            buckets,
-            *sum,
+            snapshot,
         );
     }
-
-    out.family(
+    out.single(
         "sluice_kafka_connections",
         "gauge",
         "Kafka client connections open now.",
-    );
-    out.sample(
-        "sluice_kafka_connections",
-        &[],
         m.listener.open.load(Ordering::Relaxed),
     );
     out.family(
@@ -349,177 +237,100 @@ pub fn render(broker: &Broker) -> String {
 
     // Memory budget.
     let memory = broker.memory();
-    out.family(
+    out.single(
         "sluice_memory_limit_bytes",
         "gauge",
         "The memory budget for data held for clients (memory_limit).",
+        memory.limit(),
     );
-    out.sample("sluice_memory_limit_bytes", &[], memory.limit());
-    out.family(
-        "sluice_memory_used_bytes",
-        "gauge",
-        "Bytes of the memory budget reserved now: request frames, fetch responses, HTTP bodies and reads.",
-    );
-    out.sample("sluice_memory_used_bytes", &[], memory.used());
-    out.family(
+    out.single("sluice_memory_used_bytes", "gauge", "Bytes of the memory budget reserved now: request frames, fetch responses, HTTP bodies and reads.", memory.used());
+    out.single(
         "sluice_memory_short_total",
         "counter",
         "Times a reservation waited or was cut short because the memory budget was short.",
+        memory.short_count(),
     );
-    out.sample("sluice_memory_short_total", &[], memory.short_count());
-    out.family(
+    out.single(
         "sluice_memory_forced_over_bytes_total",
         "counter",
         "Bytes reserved past the memory budget to serve a batch larger than the room left, in all.",
-    );
-    out.sample(
-        "sluice_memory_forced_over_bytes_total",
-        &[],
         memory.forced_over_bytes(),
     );
 
-    // HTTP API.
-    /// One HTTP series, copied out of the lock.
-    struct HttpRow {
-        method: &'static str,
-        route: String,
-        buckets: [u64; LATENCY_BUCKETS],
-        sum_micros: u64,
-        statuses: Vec<(u16, u64)>,
+    // Listeners that keep their own series (the HTTP API).
+    for listener in listeners {
+        listener.render(&mut out);
     }
-    let http: Vec<HttpRow> = {
-        let series = m.http.lock().unwrap_or_else(|p| p.into_inner());
-        series
-            .iter()
-            .map(|s| {
-                let (buckets, sum_micros) = s.latency.snapshot();
-                let mut statuses = s.statuses.clone();
-                statuses.sort_unstable();
-                HttpRow {
-                    method: s.method,
-                    route: s.route.clone(),
-                    buckets,
-                    sum_micros,
-                    statuses,
-                }
-            })
-            .collect()
-    };
-    out.family(
-        "sluice_http_requests_total",
-        "counter",
-        "HTTP requests answered, by method, route pattern and status.",
-    );
-    for row in &http {
-        for (status, count) in &row.statuses {
-            let status = status.to_string();
-            out.sample(
-                "sluice_http_requests_total",
-                &[
-                    ("method", row.method),
-                    ("route", &row.route),
-                    ("status", &status),
-                ],
-                *count,
-            );
-        }
-    }
-    out.family(
-        "sluice_http_request_duration_seconds",
-        "histogram",
-        "Time from receiving an HTTP request to sending its response head, by method and route pattern.",
-    );
-    for row in &http {
-        out.histogram(
-            "sluice_http_request_duration_seconds",
-            &[("method", row.method), ("route", &row.route)],
-            &LATENCY_BUCKET_BOUNDS_MICROS,
-            &row.buckets,
-            row.sum_micros,
-        );
-    }
-
-    render_http_connections(&mut out, &m.http_connections);
 
     // Bytes and records.
+    let listener_bytes: Vec<(&str, (u64, u64))> = listeners
+        .iter()
+        .map(|l| (l.listener(), l.bytes()))
+        .collect();
     out.family(
         "sluice_bytes_in_total",
         "counter",
         "Request bytes received, by listener (Kafka: whole frames; HTTP: bodies).",
     );
-    for (listener, counter) in [
-        (LISTENER_KAFKA, &m.kafka_bytes_in),
-        (LISTENER_HTTP, &m.http_bytes_in),
-    ] {
-        out.sample(
-            "sluice_bytes_in_total",
-            &[("listener", listener)],
-            counter.load(Ordering::Relaxed),
-        );
+    out.sample(
+        "sluice_bytes_in_total",
+        &[("listener", LISTENER_KAFKA)],
+        m.kafka_bytes_in.load(Ordering::Relaxed),
+    );
+    for (listener, (bytes_in, _)) in &listener_bytes {
+        out.sample("sluice_bytes_in_total", &[("listener", listener)], bytes_in);
     }
     out.family(
         "sluice_bytes_out_total",
         "counter",
         "Response bytes sent, by listener (Kafka: whole frames; HTTP: bodies).",
     );
-    for (listener, counter) in [
-        (LISTENER_KAFKA, &m.kafka_bytes_out),
-        (LISTENER_HTTP, &m.http_bytes_out),
-    ] {
+    out.sample(
+        "sluice_bytes_out_total",
+        &[("listener", LISTENER_KAFKA)],
+        m.kafka_bytes_out.load(Ordering::Relaxed),
+    );
+    for (listener, (_, bytes_out)) in &listener_bytes {
         out.sample(
             "sluice_bytes_out_total",
             &[("listener", listener)],
-            counter.load(Ordering::Relaxed),
+            bytes_out,
         );
     }
-    out.family(
+    out.single(
         "sluice_records_in_total",
         "counter",
         "Records appended, through either listener.",
-    );
-    out.sample(
-        "sluice_records_in_total",
-        &[],
         m.records_in.load(Ordering::Relaxed),
     );
-    out.family(
+    out.single(
         "sluice_records_out_total",
         "counter",
         "Records served to consumers, through either listener.",
-    );
-    out.sample(
-        "sluice_records_out_total",
-        &[],
         m.records_out.load(Ordering::Relaxed),
     );
 
     // Durability.
     let commit = broker.committer().stats();
     let fsync = broker.committer().fdatasync_histogram();
-    out.family(
+    out.single(
         "sluice_fsyncs_total",
         "counter",
         "fdatasyncs of segment files (group-commit rounds and segment seals).",
+        commit.fdatasyncs,
     );
-    out.sample("sluice_fsyncs_total", &[], commit.fdatasyncs);
-    out.family(
+    out.single(
         "sluice_fsync_bytes_total",
         "counter",
         "Bytes made durable by those fdatasyncs.",
+        commit.bytes_synced,
     );
-    out.sample("sluice_fsync_bytes_total", &[], commit.bytes_synced);
     out.family(
         "sluice_fsync_duration_seconds",
         "histogram",
         "Duration of each group-commit fdatasync.",
     );
-    out.histogram(
-        "sluice_fsync_duration_seconds",
-        &[],
-        fsync.bounds_micros,
-        &fsync.counts,
-        fsync.sum_micros,
-    );
+    out.histogram("sluice_fsync_duration_seconds", &[], &fsync);
 
     // Data directory space (a full disk is a state: see sluice-log's `space.rs`).
     render_data_dir_space(&mut out, broker);
@@ -550,12 +361,11 @@ pub fn render(broker: &Broker) -> String {
             (t.name.as_str(), rows)
         })
         .collect();
-    out.family("sluice_topics", "gauge", "Topics.");
-    out.sample("sluice_topics", &[], rows.len() as u64);
-    out.family("sluice_partitions", "gauge", "Partitions, over all topics.");
-    out.sample(
+    out.single("sluice_topics", "gauge", "Topics.", rows.len() as u64);
+    out.single(
         "sluice_partitions",
-        &[],
+        "gauge",
+        "Partitions, over all topics.",
         rows.iter().map(|(_, p)| p.len() as u64).sum::<u64>(),
     );
     type Column = fn(&PartitionRow) -> i64;
@@ -591,8 +401,12 @@ pub fn render(broker: &Broker) -> String {
 
     // Consumer groups.
     let groups = broker.groups().list();
-    out.family("sluice_consumer_groups", "gauge", "Consumer groups.");
-    out.sample("sluice_consumer_groups", &[], groups.len() as u64);
+    out.single(
+        "sluice_consumer_groups",
+        "gauge",
+        "Consumer groups.",
+        groups.len() as u64,
+    );
     out.family(
         "sluice_consumer_group_lag",
         "gauge",
@@ -627,7 +441,7 @@ pub fn render(broker: &Broker) -> String {
             }
         }
     }
-    out.0
+    out.into_string()
 }
 
 /// `sluice_data_dir_full`, `sluice_data_dir_free_bytes`, `sluice_data_dir_no_space_errors_total`.
@@ -637,12 +451,7 @@ fn render_data_dir_space(out: &mut Text, broker: &Broker) {
     // check now (one statvfs, only while full).
     space.recheck();
     let status = space.status();
-    out.family(
-        "sluice_data_dir_full",
-        "gauge",
-        "1 while the data directory is full: a write found no room and no write has succeeded since (appends fail with a storage error; reads work).",
-    );
-    out.sample("sluice_data_dir_full", &[], u8::from(status.full));
+    out.single("sluice_data_dir_full", "gauge", "1 while the data directory is full: a write found no room and no write has succeeded since (appends fail with a storage error; reads work).", u8::from(status.full));
     out.family(
         "sluice_data_dir_free_bytes",
         "gauge",
@@ -651,33 +460,61 @@ fn render_data_dir_space(out: &mut Text, broker: &Broker) {
     if let Some(free) = status.free_bytes {
         out.sample("sluice_data_dir_free_bytes", &[], free);
     }
-    out.family(
+    out.single(
         "sluice_data_dir_no_space_errors_total",
         "counter",
         "Writes into the data directory refused for want of space (ENOSPC, EDQUOT).",
-    );
-    out.sample(
-        "sluice_data_dir_no_space_errors_total",
-        &[],
         status.no_space_errors,
     );
 }
 
-/// Prometheus text being written.
+/// Prometheus text (exposition format 0.0.4) being written: the one renderer of `/metrics`,
+/// used by [`render`] and by the listeners' [`ListenerSeries::render`].
 #[derive(Debug, Default)]
-struct Text(String);
+pub struct Text(String);
 
 impl Text {
     /// The `# HELP` and `# TYPE` lines of a metric family.
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
+    pub fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {}", escape_help(help));
         let _ = writeln!(self.0, "# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+    /// One sample line; label values are escaped.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         self.0.push_str(name);
         self.labels(labels, None);
         let _ = writeln!(self.0, " {value}");
+    }
+
+    /// A family with one sample and no labels.
+    pub fn single(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    /// The `_bucket` (cumulative, `le` in seconds), `_sum` and `_count` lines of one latency
+    /// histogram series.
+    pub fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &LatencySnapshot) {
+        let bucket = format!("{name}_bucket");
+        let mut cumulative = 0u64;
+        for (i, count) in h.counts.iter().enumerate() {
+            cumulative += count;
+            let le = match LATENCY_BUCKET_BOUNDS_MICROS.get(i) {
+                Some(&micros) => seconds(micros).to_string(),
+                None => "+Inf".to_owned(),
+            };
+            self.0.push_str(&bucket);
+            self.labels(labels, Some(&le));
+            let _ = writeln!(self.0, " {cumulative}");
+        }
+        self.sample(&format!("{name}_sum"), labels, seconds(h.sum_micros));
+        self.sample(&format!("{name}_count"), labels, cumulative);
+    }
+
+    /// The text written so far.
+    pub fn into_string(self) -> String {
+        self.0
     }
 
     /// `{a="x",b="y"}` (nothing when there are no labels), with `le` last if given.
@@ -697,32 +534,6 @@ impl Text {
             self.0.push('"');
         }
         self.0.push('}');
-    }
-
-    /// The `_bucket` (cumulative), `_sum` and `_count` lines of one histogram series.
-    /// `counts` has one entry per bound plus the open-ended one, not cumulative.
-    fn histogram(
-        &mut self,
-        name: &str,
-        labels: &[(&str, &str)],
-        bounds_micros: &[u64],
-        counts: &[u64],
-        sum_micros: u64,
-    ) {
-        let bucket = format!("{name}_bucket");
-        let mut cumulative = 0u64;
-        for (i, count) in counts.iter().enumerate() {
-            cumulative += count;
-            let le = match bounds_micros.get(i) {
-                Some(&micros) => seconds(micros).to_string(),
-                None => "+Inf".to_owned(),
-            };
-            self.0.push_str(&bucket);
-            self.labels(labels, Some(&le));
-            let _ = writeln!(self.0, " {cumulative}");
-        }
-        self.sample(&format!("{name}_sum"), labels, seconds(sum_micros));
-        self.sample(&format!("{name}_count"), labels, cumulative);
     }
 }
 
@@ -745,111 +556,6 @@ fn escape_label_value(out: &mut String, value: &str) {
 /// HELP text: backslash and line feed escaped.
 fn escape_help(help: &str) -> String {
     help.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-// HTTP API connections.
-
-/// Why the HTTP API closed a connection on its own, as the `reason` label.
-pub const HTTP_CONNECTION_CLOSE_REASONS: [&str; 5] = [
-    "header_timeout",
-    "body_timeout",
-    "idle",
-    "write_stalled",
-    "refused",
-];
-
-/// The HTTP API's connection counts.
-#[derive(Debug, Default)]
-struct HttpConnectionMetrics {
-    open: AtomicU64,
-    /// Indexed like [`HTTP_CONNECTION_CLOSE_REASONS`].
-    closed: [AtomicU64; HTTP_CONNECTION_CLOSE_REASONS.len()],
-}
-
-impl Metrics {
-    /// An HTTP connection was admitted (`true`) or has ended (`false`).
-    pub fn http_connection_open(&self, opened: bool) {
-        let open = &self.http_connections.open;
-        if opened {
-            open.fetch_add(1, Ordering::Relaxed);
-        } else {
-            open.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The HTTP API closed (or refused) a connection for `reason`, one of
-    /// [`HTTP_CONNECTION_CLOSE_REASONS`] (others are not counted).
-    pub fn http_connection_closed(&self, reason: &str) {
-        if let Some(i) = HTTP_CONNECTION_CLOSE_REASONS
-            .iter()
-            .position(|r| *r == reason)
-        {
-            self.http_connections.closed[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// HTTP connections closed (or refused) for `reason` so far.
-    pub fn http_connections_closed(&self, reason: &str) -> u64 {
-        HTTP_CONNECTION_CLOSE_REASONS
-            .iter()
-            .position(|r| *r == reason)
-            .map_or(0, |i| {
-                self.http_connections.closed[i].load(Ordering::Relaxed)
-            })
-    }
-}
-
-fn render_http_connections(out: &mut Text, m: &HttpConnectionMetrics) {
-    out.family(
-        "sluice_http_connections",
-        "gauge",
-        "HTTP connections open now.",
-    );
-    out.sample(
-        "sluice_http_connections",
-        &[],
-        m.open.load(Ordering::Relaxed),
-    );
-    out.family(
-        "sluice_http_connections_closed_total",
-        "counter",
-        "HTTP connections the server closed or refused on its own, by reason (header_timeout, body_timeout, idle, write_stalled, refused).",
-    );
-    for (reason, count) in HTTP_CONNECTION_CLOSE_REASONS.iter().zip(&m.closed) {
-        out.sample(
-            "sluice_http_connections_closed_total",
-            &[("reason", reason)],
-            count.load(Ordering::Relaxed),
-        );
-    }
-}
-
-#[cfg(test)]
-mod http_connection_tests {
-    use super::*;
-
-    #[test]
-    fn http_connection_counts() {
-        let m = Metrics::default();
-        m.http_connection_open(true);
-        m.http_connection_open(true);
-        m.http_connection_open(false);
-        m.http_connection_closed("refused");
-        m.http_connection_closed("refused");
-        m.http_connection_closed("no such reason");
-        assert_eq!(m.http_connections.open.load(Ordering::Relaxed), 1);
-        assert_eq!(m.http_connections_closed("refused"), 2);
-        assert_eq!(m.http_connections_closed("idle"), 0);
-        let mut out = Text::default();
-        render_http_connections(&mut out, &m.http_connections);
-        assert!(out.0.contains("sluice_http_connections 1\n"), "{}", out.0);
-        assert!(
-            out.0
-                .contains("sluice_http_connections_closed_total{reason=\"refused\"} 2\n"),
-            "{}",
-            out.0
-        );
-    }
 }
 
 #[cfg(test)]
@@ -961,39 +667,20 @@ mod tests {
         assert_eq!(value, 3.0);
     }
 
-    #[test]
-    fn histogram_observations_land_in_their_bucket() {
-        let h = Histogram::default();
-        h.observe(Duration::from_micros(100));
-        h.observe(Duration::from_micros(101));
-        h.observe(Duration::from_secs(60));
-        let (buckets, sum) = h.snapshot();
-        assert_eq!(buckets[0], 1);
-        assert_eq!(buckets[1], 1);
-        assert_eq!(buckets[LATENCY_BUCKETS - 1], 1);
-        assert_eq!(sum, 100 + 101 + 60_000_000);
-    }
+    /// A listener with its own series, as the HTTP API is.
+    struct FakeListener;
 
-    #[test]
-    fn methods_outside_the_standard_set_are_folded() {
-        let m = Metrics::default();
-        m.http_request("BREW", "/x", 405, Duration::ZERO, 0, 0);
-        m.http_request("GET", "/x", 200, Duration::ZERO, 0, 0);
-        let series = m.http.lock().unwrap();
-        let methods: Vec<&str> = series.iter().map(|s| s.method).collect();
-        assert_eq!(methods, ["other", "GET"]);
-    }
-
-    #[test]
-    fn http_series_are_bounded() {
-        let m = Metrics::default();
-        for i in 0..HTTP_SERIES_MAX * 2 {
-            m.http_request("GET", &format!("/r{i}"), 200, Duration::ZERO, 0, 0);
+    impl ListenerSeries for FakeListener {
+        fn listener(&self) -> &'static str {
+            "http"
         }
-        let series = m.http.lock().unwrap();
-        assert_eq!(series.len(), HTTP_SERIES_MAX);
-        let other = series.iter().find(|s| s.route == "other").unwrap();
-        assert_eq!(other.statuses, [(200, HTTP_SERIES_MAX as u64 + 1)]);
+        fn render(&self, out: &mut Text) {
+            out.family("sluice_fake_requests_total", "counter", "Fake requests.");
+            out.sample("sluice_fake_requests_total", &[("route", "/x")], 4);
+        }
+        fn bytes(&self) -> (u64, u64) {
+            (5, 37)
+        }
     }
 
     #[tokio::test]
@@ -1120,32 +807,15 @@ mod tests {
         m.kafka_request(ApiKey::Produce as i16, Duration::from_micros(50), 100, 50);
         m.kafka_request(ApiKey::Metadata as i16, Duration::from_secs(30), 10, 20);
         m.kafka_request(-1, Duration::ZERO, 0, 0);
-        m.http_request(
-            "GET",
-            "/odd\"route\\with\nbreak",
-            200,
-            Duration::from_millis(1),
-            5,
-            7,
-        );
-        m.http_request(
-            "POST",
-            "/topics/{topic}/records",
-            413,
-            Duration::ZERO,
-            0,
-            30,
-        );
         m.records_in(2);
         m.records_out(1);
 
-        let text = render(&broker);
+        let text = render(&broker, &[&FakeListener]);
         let (types, samples) = parse(&text);
         for (name, kind) in [
             ("sluice_kafka_requests_total", "counter"),
             ("sluice_kafka_request_duration_seconds", "histogram"),
-            ("sluice_http_requests_total", "counter"),
-            ("sluice_http_request_duration_seconds", "histogram"),
+            ("sluice_fake_requests_total", "counter"),
             ("sluice_bytes_in_total", "counter"),
             ("sluice_bytes_out_total", "counter"),
             ("sluice_records_in_total", "counter"),
@@ -1203,19 +873,21 @@ mod tests {
             0.0
         );
         assert_eq!(
-            find(
-                "sluice_http_requests_total",
-                &[("route", "/odd\"route\\with\nbreak"), ("status", "200")]
-            ),
-            1.0
+            find("sluice_fake_requests_total", &[("route", "/x")]),
+            4.0,
+            "a listener's own series are rendered"
         );
-        assert_eq!(
-            find(
-                "sluice_http_requests_total",
-                &[("method", "POST"), ("status", "413")]
-            ),
-            1.0
+        let memory_at = text
+            .find("# HELP sluice_memory_forced_over_bytes_total")
+            .unwrap();
+        let listener_at = text.find("# HELP sluice_fake_requests_total").unwrap();
+        let bytes_at = text.find("# HELP sluice_bytes_in_total").unwrap();
+        assert!(
+            memory_at < listener_at && listener_at < bytes_at,
+            "listener series sit between the memory budget's and the bytes (where the HTTP \
+             series always were)"
         );
+        assert_eq!(find("sluice_bytes_in_total", &[("listener", "http")]), 5.0);
         assert_eq!(
             find("sluice_bytes_in_total", &[("listener", "kafka")]),
             210.0
@@ -1274,7 +946,7 @@ mod tests {
                 .or_default()
                 .push((le, *value));
         }
-        assert!(series.len() >= 5, "{series:?}");
+        assert!(series.len() >= 4, "{series:?}");
         for ((base, labels), buckets) in &series {
             for pair in buckets.windows(2) {
                 assert!(pair[0].0 < pair[1].0, "{base} bounds increase");
@@ -1295,7 +967,7 @@ mod tests {
     #[test]
     fn data_dir_series_follow_the_full_state() {
         let (dir, broker) = broker();
-        let (_, samples) = parse(&render(&broker));
+        let (_, samples) = parse(&render(&broker, &[]));
         let value = |samples: &[Sample], name: &str| {
             samples
                 .iter()
@@ -1313,7 +985,7 @@ mod tests {
         broker
             .data_dir_space()
             .no_space("write segment", dir.path(), &enospc);
-        let (_, samples) = parse(&render(&broker));
+        let (_, samples) = parse(&render(&broker, &[]));
         assert_eq!(
             value(&samples, "sluice_data_dir_no_space_errors_total"),
             1.0
@@ -1321,7 +993,7 @@ mod tests {
         // The real disk has room, so the render's own check may already have cleared it; a
         // write surely does.
         broker.data_dir_space().wrote();
-        let (_, samples) = parse(&render(&broker));
+        let (_, samples) = parse(&render(&broker, &[]));
         assert_eq!(value(&samples, "sluice_data_dir_full"), 0.0);
         broker.shutdown();
     }

@@ -157,7 +157,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> io::Result<()
                         // before any answer. (An answer written without reading the request
                         // could be lost to the reset that closing with unread data sends.)
                         drop(tcp);
-                        state.broker.metrics().http_connection_closed("refused");
+                        state.metrics.connection_closed("refused");
                         if let Some(count) = refusals.hit(Instant::now()) {
                             tracing::warn!(
                                 refused = count,
@@ -214,8 +214,8 @@ async fn serve_connection(
     _slot: OwnedSemaphorePermit,
 ) {
     let _ = tcp.set_nodelay(true);
-    let metrics = state.broker.metrics();
-    metrics.http_connection_open(true);
+    let metrics = &state.metrics;
+    metrics.connection_open(true);
     let activity = Arc::new(Activity::new(Instant::now()));
     let io = TokioIo::new(Watched {
         tcp,
@@ -255,7 +255,7 @@ async fn serve_connection(
             }
             reason = &mut expired => {
                 tracing::debug!(reason = reason.label(), "closing a slow HTTP connection");
-                metrics.http_connection_closed(reason.label());
+                metrics.connection_closed(reason.label());
                 // Dropping the connection closes the socket.
                 break;
             }
@@ -265,7 +265,7 @@ async fn serve_connection(
             }
         }
     }
-    metrics.http_connection_open(false);
+    metrics.connection_open(false);
 }
 
 /// What a connection is waiting for when no request is being served.

@@ -53,10 +53,11 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Response, ApiE
 
 /// Needs a valid key when keys are configured (Prometheus sends one with `authorization`).
 pub async fn metrics(State(state): State<Arc<AppState>>, _principal: Principal) -> Response {
-    let broker = Arc::clone(&state.broker);
-    let text = tokio::task::spawn_blocking(move || sluice_broker::metrics::render(&broker))
-        .await
-        .unwrap_or_default();
+    let text = tokio::task::spawn_blocking(move || {
+        sluice_broker::metrics::render(&state.broker, &[&state.metrics])
+    })
+    .await
+    .unwrap_or_default();
     (
         [(
             header::CONTENT_TYPE,

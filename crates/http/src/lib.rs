@@ -15,7 +15,8 @@
 //! - `topics`, `offsets`: admin and consumer-group offsets;
 //! - [`auth`]: API keys (`Authorization: Bearer`), each with topic grants;
 //! - [`limits`]: body size, records per request, concurrent requests, the body-read timeout;
-//!   request metrics;
+//!   the middleware that meters every request;
+//! - [`metrics`]: the HTTP API's own `/metrics` series (requests, latency, connections, bytes);
 //! - [`conn`]: the accept loop, the connection cap, header-read, idle and write-stall
 //!   deadlines per connection;
 //! - `error`: every failure is a 4xx/5xx with a JSON `{"error": "..."}` saying what to fix.
@@ -26,6 +27,7 @@ mod consume;
 mod error;
 mod health;
 pub mod limits;
+pub mod metrics;
 mod offsets;
 mod produce;
 mod topics;
@@ -95,6 +97,8 @@ pub struct AppState {
     pub config: HttpConfig,
     pub auth: Arc<auth::Auth>,
     pub limits: limits::Limits,
+    /// The HTTP API's own series in `/metrics`.
+    pub metrics: metrics::HttpMetrics,
     /// True once shutdown has begun: `/readyz` answers 503 and long polls end.
     pub shutdown: watch::Receiver<bool>,
     /// Round-robin counter for produce requests with keyless records: each such request takes
@@ -115,6 +119,7 @@ impl AppState {
             config,
             auth,
             limits,
+            metrics: metrics::HttpMetrics::default(),
             shutdown,
             next_partition: AtomicU32::new(0),
         })

@@ -25,7 +25,7 @@
 //!    When the budget has no room the request is answered 503 with `Retry-After: 1` at once;
 //!    one client address may hold at most half the budget;
 //! 5. metrics: method, route pattern, status, time to the response head, and body sizes go to
-//!    [`sluice_broker::metrics::Metrics::http_request`] once the response body is done.
+//!    [`crate::metrics::HttpMetrics::request`] once the response body is done.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -250,10 +250,7 @@ async fn limit_and_measure(
             // answer has been written.
             meter._permit = None;
             // The 408 closes the connection (`Connection: close`).
-            state
-                .broker
-                .metrics()
-                .http_connection_closed("body_timeout");
+            state.metrics.connection_closed("body_timeout");
             meter.attach(body_timeout_response(timeout), started)
         }
     }
@@ -342,7 +339,7 @@ impl Drop for Meter {
             .route
             .as_ref()
             .map_or(UNMATCHED_ROUTE, MatchedPath::as_str);
-        self.state.broker.metrics().http_request(
+        self.state.metrics.request(
             self.method.as_str(),
             route,
             self.status,

@@ -485,8 +485,8 @@ async fn metrics_lists_every_metric_after_traffic() {
     );
     // Metrics are recorded once each response has been sent, which is just after the client
     // sees it.
-    let metrics = api.broker.metrics();
-    eventually("3 requests recorded", || metrics.http_requests_total() >= 3).await;
+    let metrics = &api.state.metrics;
+    eventually("3 requests recorded", || metrics.requests_total() >= 3).await;
 
     let text = c
         .get(api.at("/metrics"))

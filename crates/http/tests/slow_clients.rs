@@ -172,8 +172,8 @@ async fn stalled_bodies_get_408_and_give_their_slots_back() {
     // The slots are free again, and a normal produce goes through.
     assert_eq!(api.state.limits.in_flight(), 0);
     assert_eq!(produce_ok(&api, "t").await, 200);
-    let metrics = api.broker.metrics();
-    assert_eq!(metrics.http_connections_closed("body_timeout"), 4);
+    let metrics = &api.state.metrics;
+    assert_eq!(metrics.connections_closed("body_timeout"), 4);
     api.stop().await;
 }
 
@@ -280,12 +280,7 @@ async fn a_slow_head_is_closed_after_the_header_timeout() {
         "closed after {closed_at:?}"
     );
     assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
-    assert!(
-        api.broker
-            .metrics()
-            .http_connections_closed("header_timeout")
-            >= 2
-    );
+    assert!(api.state.metrics.connections_closed("header_timeout") >= 2);
     api.stop().await;
 }
 
@@ -333,13 +328,8 @@ async fn idle_connections_close_after_the_idle_timeout_and_long_polls_do_not() {
     assert!(poll_started.elapsed() >= Duration::from_millis(1400));
     // Then it is idle, and closed in turn.
     assert!(closed_within(&mut poll, Duration::from_secs(3)).await);
-    assert!(api.broker.metrics().http_connections_closed("idle") >= 2);
-    assert_eq!(
-        api.broker
-            .metrics()
-            .http_connections_closed("header_timeout"),
-        0
-    );
+    assert!(api.state.metrics.connections_closed("idle") >= 2);
+    assert_eq!(api.state.metrics.connections_closed("header_timeout"), 0);
     api.stop().await;
 }
 
@@ -385,9 +375,9 @@ async fn a_response_never_read_closes_its_connection_and_frees_its_slot() {
     // progress, is closed after the stall limit.
     let started = Instant::now();
     eventually("the slot is free", || api.state.limits.in_flight() == 0).await;
-    let metrics = api.broker.metrics();
+    let metrics = &api.state.metrics;
     eventually("the stalled connection is closed", || {
-        metrics.http_connections_closed("write_stalled") == 1
+        metrics.connections_closed("write_stalled") == 1
     })
     .await;
     let waited = started.elapsed();
@@ -418,7 +408,7 @@ async fn connections_over_the_cap_are_refused_and_service_resumes() {
             "a connection over the cap was kept"
         );
     }
-    assert_eq!(api.broker.metrics().http_connections_closed("refused"), 5);
+    assert_eq!(api.state.metrics.connections_closed("refused"), 5);
     // The held connections still work.
     held[0]
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n")

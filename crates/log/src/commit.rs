@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::FlushPolicy;
+use crate::latency::{LatencyHistogram, LatencySnapshot};
 use crate::space::DataDirSpace;
 
 /// Something whose writes a [`GroupCommitter`] makes durable: a partition log's active
@@ -99,17 +100,6 @@ impl Default for CommitConfig {
     }
 }
 
-/// Upper bounds of the fdatasync duration histogram's buckets, in microseconds (100 µs to
-/// 10 s). A sync round that takes longer than the last bound lands in one more, open-ended
-/// bucket.
-pub const FDATASYNC_BUCKET_BOUNDS_MICROS: [u64; 16] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 5_000_000, 10_000_000,
-];
-
-/// Buckets of the fdatasync duration histogram: one per bound, plus the open-ended one.
-const FDATASYNC_BUCKETS: usize = FDATASYNC_BUCKET_BOUNDS_MICROS.len() + 1;
-
 /// Counters of the work done, for metrics and benchmarks: every [`Syncable`] served by the
 /// committer counts its fdatasyncs here.
 #[derive(Debug, Default)]
@@ -118,23 +108,17 @@ pub struct CommitStats {
     pub fdatasyncs: AtomicU64,
     /// Bytes made durable by those fdatasyncs.
     pub bytes_synced: AtomicU64,
-    /// Total time spent in fdatasync, in microseconds.
-    pub fdatasync_micros: AtomicU64,
-    /// Timed fdatasyncs by duration: `fdatasync_buckets[i]` counts those that took at most
-    /// `FDATASYNC_BUCKET_BOUNDS_MICROS[i]` (and more than the bound before); the last one counts
-    /// the slower ones. Not cumulative. Seals at segment roll are counted in `fdatasyncs` but
-    /// not timed.
-    pub fdatasync_buckets: [AtomicU64; FDATASYNC_BUCKETS],
+    /// Timed fdatasyncs by duration (and their total time). Seals at segment roll are counted
+    /// in `fdatasyncs` but not timed.
+    pub fdatasync_durations: LatencyHistogram,
 }
 
 impl CommitStats {
     /// Counts one fdatasync that took `micros`, in the totals and the histogram. Lock-free: the
     /// sync threads call it after every round.
     pub fn record_fdatasync(&self, micros: u64) {
-        let bucket = FDATASYNC_BUCKET_BOUNDS_MICROS.partition_point(|&bound| bound < micros);
-        self.fdatasync_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.fdatasync_durations.observe_micros(micros);
         self.fdatasyncs.fetch_add(1, Ordering::Relaxed);
-        self.fdatasync_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
     /// Counts `bytes` made durable by an fdatasync. Call it before publishing the bytes as
@@ -142,18 +126,6 @@ impl CommitStats {
     pub fn record_bytes_synced(&self, bytes: u64) {
         self.bytes_synced.fetch_add(bytes, Ordering::Relaxed);
     }
-}
-
-/// A point-in-time copy of the fdatasync duration histogram of [`CommitStats`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FdatasyncHistogram {
-    /// Bucket upper bounds in microseconds ([`FDATASYNC_BUCKET_BOUNDS_MICROS`]).
-    pub bounds_micros: &'static [u64],
-    /// Per-bucket counts, not cumulative; one more than `bounds_micros` (the last counts the
-    /// fdatasyncs slower than every bound).
-    pub counts: [u64; FDATASYNC_BUCKETS],
-    /// Total time of the timed fdatasyncs, in microseconds.
-    pub sum_micros: u64,
 }
 
 /// A point-in-time copy of [`CommitStats`].
@@ -243,18 +215,14 @@ impl GroupCommitter {
         CommitStatsSnapshot {
             fdatasyncs: s.fdatasyncs.load(Ordering::Relaxed),
             bytes_synced: s.bytes_synced.load(Ordering::Relaxed),
-            fdatasync_micros: s.fdatasync_micros.load(Ordering::Relaxed),
+            fdatasync_micros: s.fdatasync_durations.snapshot().sum_micros,
         }
     }
 
-    /// How long the fdatasyncs of the sync rounds took, as a histogram.
-    pub fn fdatasync_histogram(&self) -> FdatasyncHistogram {
-        let s = &self.shared.stats;
-        FdatasyncHistogram {
-            bounds_micros: &FDATASYNC_BUCKET_BOUNDS_MICROS,
-            counts: std::array::from_fn(|i| s.fdatasync_buckets[i].load(Ordering::Relaxed)),
-            sum_micros: s.fdatasync_micros.load(Ordering::Relaxed),
-        }
+    /// How long the fdatasyncs of the sync rounds took, as a histogram (buckets of
+    /// [`crate::LATENCY_BUCKET_BOUNDS_MICROS`]).
+    pub fn fdatasync_histogram(&self) -> LatencySnapshot {
+        self.shared.stats.fdatasync_durations.snapshot()
     }
 
     /// A handle to request sync rounds with (see [`Syncable`]). It does not keep the sync
@@ -491,24 +459,16 @@ mod tests {
     }
 
     #[test]
-    fn fdatasync_durations_land_in_the_bucket_of_their_upper_bound() {
+    fn fdatasyncs_are_counted_and_timed() {
         let committer = GroupCommitter::start(CommitConfig::default());
-        let stats = &committer.shared.stats;
-        // On a bound, just above it, below the first, and past the last.
-        for micros in [100, 101, 3, 20_000_000] {
-            stats.record_fdatasync(micros);
+        for micros in [100, 101, 20_000_000] {
+            committer.shared.stats.record_fdatasync(micros);
         }
         let h = committer.fdatasync_histogram();
-        assert_eq!(h.counts[0], 2, "3 µs and 100 µs go in the first bucket");
-        assert_eq!(h.counts[1], 1, "101 µs goes in the 250 µs bucket");
-        assert_eq!(
-            h.counts[FDATASYNC_BUCKETS - 1],
-            1,
-            "20 s is past every bound"
-        );
-        assert_eq!(h.counts.iter().sum::<u64>(), 4);
-        assert_eq!(h.sum_micros, 100 + 101 + 3 + 20_000_000);
-        assert_eq!(committer.stats().fdatasyncs, 4);
+        assert_eq!((h.counts[0], h.counts[1], h.count()), (1, 1, 3));
+        let stats = committer.stats();
+        assert_eq!(stats.fdatasyncs, 3);
+        assert_eq!(stats.fdatasync_micros, 100 + 101 + 20_000_000);
         committer.shutdown();
     }
 }

@@ -47,6 +47,8 @@
 //!   disk and a failed fdatasync each do (a state to wait out, and a failure).
 //! - `space`: [`DataDirSpace`], whether a data directory is full, shared by everything that
 //!   writes into it.
+//! - `latency`: [`LatencyHistogram`] and [`LATENCY_BUCKET_BOUNDS_MICROS`], the one bucket
+//!   layout of every latency histogram in `/metrics` (fdatasyncs here, requests above).
 //! - `faults`: [`DiskFaults`], the seam through which tests inject full disks and failed syncs.
 //!
 //! Files in a partition directory: `<base offset, 20 digits>.log` (segment data),
@@ -71,6 +73,7 @@ mod config;
 mod error;
 mod faults;
 mod index;
+mod latency;
 mod partition;
 mod recovery;
 mod segment;
@@ -78,8 +81,8 @@ mod space;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{
-    CommitConfig, CommitHandle, CommitStats, CommitStatsSnapshot, FDATASYNC_BUCKET_BOUNDS_MICROS,
-    FdatasyncHistogram, GroupCommitter, SyncQueued, Syncable,
+    CommitConfig, CommitHandle, CommitStats, CommitStatsSnapshot, GroupCommitter, SyncQueued,
+    Syncable,
 };
 pub use config::{
     FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
@@ -87,6 +90,9 @@ pub use config::{
 };
 pub use error::{BatchError, LogError, Result, is_no_space};
 pub use faults::DiskFaults;
+pub use latency::{
+    LATENCY_BUCKET_BOUNDS_MICROS, LATENCY_BUCKETS, LatencyHistogram, LatencySnapshot,
+};
 pub use partition::{Appended, Durable, PartitionLog, ReadResult, RetentionOutcome};
 pub use recovery::{CLEAN_SHUTDOWN_MARKER, RecoveryAction, RecoveryReport};
 pub use space::{
