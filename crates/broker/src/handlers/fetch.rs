@@ -221,3 +221,76 @@ fn record_count(response: &FetchResponse) -> u64 {
     }
     count
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sluice_log::batch::build::{Record, batch};
+    use sluice_protocol::kafka_protocol::messages::TopicName;
+    use sluice_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use sluice_protocol::kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::BrokerConfig;
+
+    fn request(max_wait_ms: i32, isolation_level: i8) -> FetchRequest {
+        let partition = FetchPartition::default()
+            .with_partition(0)
+            .with_fetch_offset(0)
+            .with_partition_max_bytes(1 << 20);
+        FetchRequest::default()
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(isolation_level)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("t")))
+                    .with_partitions(vec![partition]),
+            ])
+    }
+
+    fn partition_of(response: &FetchResponse) -> &PartitionData {
+        &response.responses[0].partitions[0]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fetch_below_min_bytes_waits_for_an_append_or_max_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+        let topic = broker.create_topic("t", 1, Default::default()).unwrap();
+
+        // Nothing arrives: an empty answer once max_wait_ms has passed.
+        let started = Instant::now();
+        let (response, _) = handle(&broker, request(100, 1), None).await;
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        let p = partition_of(&response);
+        assert_eq!((p.error_code, p.high_watermark), (0, 0));
+        assert!(p.records.as_ref().is_none_or(|r| r.is_empty()));
+
+        // A record arrives during the wait: answered with it, long before max_wait_ms.
+        let writer = topic.partition(0).unwrap();
+        let append = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let record = Record {
+                timestamp_delta: 0,
+                key: None,
+                value: Some(b"v"),
+            };
+            writer.append(&batch(1, &[record])).unwrap().durable().await
+        });
+        let started = Instant::now();
+        let (response, _) = handle(&broker, request(20_000, 0), None).await;
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let p = partition_of(&response);
+        assert_eq!(p.high_watermark, 1);
+        assert!(!p.records.as_ref().unwrap().is_empty());
+        append.await.unwrap().unwrap();
+
+        // An isolation level that does not exist is refused at once.
+        let (response, _) = handle(&broker, request(20_000, 7), None).await;
+        let p = partition_of(&response);
+        assert_eq!(p.error_code, ResponseError::InvalidRequest.code());
+    }
+}
