@@ -24,6 +24,18 @@ use futures::future::{BoxFuture, select_all};
 use sluice_log::PartitionLog;
 use tokio::time::Instant;
 
+/// Offsets the backend's durability point covers: they survive a crash and are readable.
+pub use sluice_log::Durable;
+/// Why a storage call failed: the local log's error, which already names every failure a
+/// partition reports (`OffsetOutOfRange` with the partition's bounds, `Closed` once its topic
+/// is deleted, `NoSpace` on a full disk, I/O, an invalid batch). Its Kafka code is
+/// `errors::storage_error_code`. A second backend with failures of its own (a failed PUT)
+/// turns this into an enum that wraps both.
+pub use sluice_log::LogError as StorageError;
+/// Whole batches from a read (CRC-checked, exactly as stored; empty at the high watermark)
+/// with the partition's high watermark and log start at the read.
+pub use sluice_log::ReadResult;
+
 /// One partition's stored data, whatever keeps it.
 pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
     /// Appends whole RecordBatch v2 batches (concatenated), validated and given the next
@@ -113,18 +125,6 @@ impl Appended {
         }
     }
 }
-
-/// Offsets the backend's durability point covers: they survive a crash and are readable.
-pub use sluice_log::Durable;
-/// Why a storage call failed: the local log's error, which already names every failure a
-/// partition reports (`OffsetOutOfRange` with the partition's bounds, `Closed` once its topic
-/// is deleted, `NoSpace` on a full disk, I/O, an invalid batch). Its Kafka code is
-/// `errors::storage_error_code`. A second backend with failures of its own (a failed PUT)
-/// turns this into an enum that wraps both.
-pub use sluice_log::LogError as StorageError;
-/// Whole batches from a read (CRC-checked, exactly as stored; empty at the high watermark)
-/// with the partition's high watermark and log start at the read.
-pub use sluice_log::ReadResult;
 
 /// Waits until one of `partitions` has a high watermark above the offset given with it (or
 /// changes: see [`PartitionStorage::wait_past`]), or until `deadline`. Returns at once when
