@@ -1,15 +1,15 @@
 //! The one place that maps Sluice errors to Kafka error codes.
 //!
 //! Handlers and domain modules return error enums that keep their source ([`LogError`],
-//! [`TopicError`], [`ProduceError`], [`ProducerError`], [`AdminError`]); the functions here turn
+//! [`TopicError`], [`ProduceError`], [`ProducerError`], [`AdminError`], [`ReadError`]); the functions here turn
 //! them into the code a response carries, and the error's `Display` is its error message.
 
 use kafka_protocol::ResponseError;
 use sluice_log::{BatchError, LogError};
 use sluice_protocol::kafka_protocol;
 
-use crate::handlers::AdminError;
 use crate::handlers::produce::ProduceError;
+use crate::handlers::{AdminError, ReadError};
 use crate::producers::ProducerError;
 use crate::topics::TopicError;
 
@@ -63,6 +63,17 @@ pub(crate) fn admin_error_code(e: &AdminError) -> i16 {
             ResponseError::InvalidRequest.code()
         }
         AdminError::Topic(e) => topic_error_code(e),
+    }
+}
+
+/// The Kafka error code for a read refused before storage was asked (Fetch, ListOffsets).
+pub(crate) fn read_error_code(e: &ReadError) -> i16 {
+    match e {
+        ReadError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition.code(),
+        ReadError::IsolationLevel(_) | ReadError::Timestamp(_) => {
+            ResponseError::InvalidRequest.code()
+        }
+        ReadError::MaxTimestamp => ResponseError::UnsupportedVersion.code(),
     }
 }
 

@@ -41,12 +41,17 @@ use groups::assignor::TopicInfo;
 pub use topics::{Topic, TopicError, TopicRegistry};
 use uuid::Uuid;
 
-/// Why an append was refused: a Kafka error code and a message that says what to fix.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct AppendError {
-    pub code: i16,
-    pub message: String,
+/// Why an append was refused; [`AppendError::code`] is its Kafka error code (through the one
+/// map, `errors.rs`) and `Display` a message that says what to fix.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct AppendError(#[from] handlers::produce::ProduceError);
+
+impl AppendError {
+    /// The Kafka error code a Produce of these records would have answered.
+    pub fn code(&self) -> i16 {
+        errors::produce_error_code(&self.0)
+    }
 }
 
 /// The broker: topics, their logs, and the group committer that makes appends durable.
@@ -75,18 +80,33 @@ pub struct Response {
     pub memory: Option<memory::Reservation>,
 }
 
+/// Why the broker could not open its data directory; each part keeps its own error.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Topics(#[from] TopicError),
+    #[error("cannot open producer ids in {path}: {source}")]
+    ProducerIds {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the group store: {0}")]
+    Groups(#[from] groups::StoreError),
+}
+
 impl Broker {
     /// Opens the broker's data directory, recovering every partition log.
-    pub fn open(config: BrokerConfig) -> Result<Broker, TopicError> {
+    pub fn open(config: BrokerConfig) -> Result<Broker, OpenError> {
         Self::open_with_clock(config, Arc::new(SystemClock))
     }
 
     pub fn open_with_clock(
         config: BrokerConfig,
         clock: Arc<dyn Clock>,
-    ) -> Result<Broker, TopicError> {
-        // One space state for the data directory: the partition logs (through the committer)
-        // and the group store (by path) report full-disk errors into it.
+    ) -> Result<Broker, OpenError> {
+        // One committer, with one space state for the data directory, syncs the partition logs
+        // and the group store.
         let committer = GroupCommitter::start_with_space(
             CommitConfig {
                 policy: config.flush,
@@ -95,19 +115,18 @@ impl Broker {
             sluice_log::DataDirSpace::for_dir(&config.data_dir),
         );
         let topics = TopicRegistry::open(&config, &committer, &clock)?;
-        let producer_ids =
-            producers::ProducerIds::open(&config.data_dir).map_err(|source| TopicError::Io {
-                op: "open producer ids in",
+        let producer_ids = producers::ProducerIds::open(&config.data_dir).map_err(|source| {
+            OpenError::ProducerIds {
                 path: config.data_dir.clone(),
                 source,
-            })?;
-        let groups =
-            groups::Coordinator::open(&config.data_dir, config.groups.clone(), Arc::clone(&clock))
-                .map_err(|e| TopicError::Io {
-                    op: "open the group store in",
-                    path: config.data_dir.clone(),
-                    source: std::io::Error::other(e),
-                })?;
+            }
+        })?;
+        let groups = groups::Coordinator::open(
+            &config.data_dir,
+            &committer,
+            config.groups.clone(),
+            Arc::clone(&clock),
+        )?;
         Ok(Broker {
             topics,
             committer,
@@ -366,8 +385,9 @@ impl Broker {
         partition: i32,
         records: &[u8],
     ) -> Result<storage::Appended, AppendError> {
-        handlers::produce::append_plain(self, topic, partition, records)
-            .map_err(|(code, message)| AppendError { code, message })
+        Ok(handlers::produce::append_plain(
+            self, topic, partition, records,
+        )?)
     }
 
     /// Reads durable batches of one partition from `offset` (see

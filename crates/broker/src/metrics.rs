@@ -316,7 +316,7 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
     out.single(
         "sluice_fsyncs_total",
         "counter",
-        "fdatasyncs of segment files (group-commit rounds and segment seals).",
+        "fdatasyncs by the group committer: segment files (rounds and seals) and the group store.",
         commit.fdatasyncs,
     );
     out.single(
@@ -413,7 +413,7 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
         "Records between a group's committed offset and the partition's high watermark.",
     );
     for group in &groups {
-        let Ok(committed) = broker.groups().fetch_offsets(&group.group_id, None, None) else {
+        let Ok(committed) = broker.groups().committed(&group.group_id, None, None) else {
             continue;
         };
         for (topic, partitions) in committed {
@@ -784,7 +784,7 @@ mod tests {
         appended.durable().await.unwrap();
         broker
             .groups()
-            .commit_offsets(
+            .commit(
                 "billing",
                 "",
                 None,

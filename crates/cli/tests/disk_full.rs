@@ -277,7 +277,7 @@ fn a_full_data_directory_is_a_state_that_ends_without_a_restart() {
     expected.extend(warm_up);
 
     // Fill the disk: a filler file, then HTTP produces until one is refused.
-    let free = sluice_log::statvfs(&tmpfs.path).unwrap().free_bytes;
+    let free = free_bytes(&tmpfs.path);
     let filler = tmpfs.path.join("filler");
     fill(&filler, free.saturating_sub(LEFT_FOR_RECORDS), 1 << 20);
     let started = Instant::now();
@@ -456,4 +456,23 @@ fn a_full_data_directory_is_a_state_that_ends_without_a_restart() {
     assert!(exit.success(), "clean shutdown");
     drop(data);
     drop(tmpfs);
+}
+
+/// Free bytes of the filesystem holding `path`, as `df` reports them to an unprivileged user.
+fn free_bytes(path: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["--block-size=1", "--output=avail"])
+        .arg(path)
+        .output()
+        .expect("run df");
+    assert!(
+        out.status.success(),
+        "df: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let avail = text.lines().nth(1).unwrap_or_default().trim();
+    avail
+        .parse()
+        .unwrap_or_else(|e| panic!("df printed {text:?}: {e}"))
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
-use sluice_log::Clock;
+use sluice_log::{Clock, GroupCommitter};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -264,13 +264,15 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// Opens the group store under `data_dir` and restores every group from it.
+    /// Opens the group store under `data_dir`, synced by `committer` (the one the partition
+    /// logs of that directory use), and restores every group from it.
     pub fn open(
         data_dir: &Path,
+        committer: &GroupCommitter,
         config: GroupConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Coordinator, StoreError> {
-        let (store, recovered) = GroupStore::open(data_dir)?;
+        let (store, recovered) = GroupStore::open_with_committer(data_dir, committer)?;
         let now = clock.now_ms();
         let mut groups = HashMap::new();
         for (id, value) in recovered.groups {
@@ -990,42 +992,6 @@ impl Coordinator {
     }
 }
 
-/// The offset calls with their error as a Kafka code, for the HTTP API, which maps codes to
-/// HTTP statuses. They go through the one map ([`GroupError::code`]); new callers should use
-/// [`Coordinator::commit`] and [`Coordinator::committed`] and keep the error.
-impl Coordinator {
-    /// [`Coordinator::commit`], its error as a Kafka code.
-    pub async fn commit_offsets(
-        &self,
-        group_id: &str,
-        member_id: &str,
-        group_instance_id: Option<&str>,
-        generation_or_epoch: i32,
-        offsets: Vec<(String, i32, CommittedOffset)>,
-    ) -> Result<(), i16> {
-        self.commit(
-            group_id,
-            member_id,
-            group_instance_id,
-            generation_or_epoch,
-            offsets,
-        )
-        .await
-        .map_err(|e| e.code())
-    }
-
-    /// [`Coordinator::committed`], its error as a Kafka code.
-    pub fn fetch_offsets(
-        &self,
-        group_id: &str,
-        member: Option<(&str, i32)>,
-        partitions: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Result<TopicOffsets, i16> {
-        self.committed(group_id, member, partitions)
-            .map_err(|e| e.code())
-    }
-}
-
 /// Restores a group from its stored envelope (`{"type": ..., "snapshot": ...}`).
 fn restore(
     id: &str,
@@ -1142,8 +1108,14 @@ mod refused_writes {
     #[tokio::test]
     async fn a_refused_commit_or_deletion_is_taken_back_in_memory() {
         let tmp = tempfile::tempdir().unwrap();
-        let c =
-            Coordinator::open(tmp.path(), GroupConfig::default(), Arc::new(SystemClock)).unwrap();
+        let committer = GroupCommitter::start(sluice_log::CommitConfig::default());
+        let c = Coordinator::open(
+            tmp.path(),
+            &committer,
+            GroupConfig::default(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
         let commit = |n| c.commit("g", "", None, -1, vec![("t".to_owned(), 0, offset(n))]);
         commit(5).await.unwrap();
         // The disk fills: the commit is refused, and OffsetFetch still shows the last durable

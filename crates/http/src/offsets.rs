@@ -126,9 +126,9 @@ pub async fn commit(
     state
         .broker
         .groups()
-        .commit_offsets(&group, "", None, -1, offsets)
+        .commit(&group, "", None, -1, offsets)
         .await
-        .map_err(|code| commit_error(&state.broker, &group, code))?;
+        .map_err(|e| commit_error(&state.broker, &group, e.code()))?;
     Ok(Json(Committed { group, committed }))
 }
 
@@ -158,8 +158,8 @@ pub async fn fetch(
     let found = state
         .broker
         .groups()
-        .fetch_offsets(&group, None, asked)
-        .map_err(|code| ApiError::from_kafka(code, kafka_error_text(code)))?;
+        .committed(&group, None, asked)
+        .map_err(|e| ApiError::from_kafka(e.code(), kafka_error_text(e.code())))?;
     let mut offsets = Vec::new();
     for (topic, parts) in found {
         if only_topic.is_none() && !principal.allows(Access::Read, &topic) {

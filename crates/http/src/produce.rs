@@ -154,7 +154,7 @@ impl Target {
             state
                 .broker
                 .append(&self.topic, partition as i32, buf)
-                .map_err(|e| ApiError::from_kafka(e.code, e.message))
+                .map_err(|e| ApiError::from_kafka(e.code(), e.to_string()))
         })
     }
 }

@@ -315,7 +315,7 @@ async fn commit_and_fetch_offsets_with_lag() {
     let found = api
         .broker
         .groups()
-        .fetch_offsets(
+        .committed(
             "reporting",
             None,
             Some(vec![("clicks".to_owned(), vec![0])]),

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_log::batch::BatchView;
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
 };
 use sluice_protocol::kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::time::Instant;
 
+use crate::handlers::ReadError;
 use crate::memory::{Ask, Class, Reservation};
 use crate::storage::{self, PartitionStorage, StorageError};
 use crate::{Broker, errors};
@@ -42,8 +42,8 @@ impl Isolation {
     }
 }
 
-/// A requested partition: its storage, or the error code every answer for it carries.
-type Target = Result<Arc<dyn PartitionStorage>, i16>;
+/// A requested partition: its storage, or why every answer for it is an error.
+type Target = Result<Arc<dyn PartitionStorage>, ReadError>;
 
 /// Answers one Fetch, with the memory reservation that covers its records until they are
 /// written.
@@ -87,8 +87,8 @@ pub async fn handle(
                         .as_ref()
                         .and_then(|topic| topic.partition(p.partition));
                     match (isolation, part) {
-                        (None, _) => Err(ResponseError::InvalidRequest.code()),
-                        (_, None) => Err(ResponseError::UnknownTopicOrPartition.code()),
+                        (None, _) => Err(ReadError::IsolationLevel(req.isolation_level)),
+                        (_, None) => Err(ReadError::UnknownTopicOrPartition),
                         (_, Some(part)) => Ok(part),
                     }
                 })
@@ -151,10 +151,10 @@ fn read_once(
                     let data = PartitionData::default().with_partition_index(p.partition);
                     let log = match log {
                         Ok(log) => log,
-                        Err(code) => {
+                        Err(e) => {
                             any_error = true;
                             return data
-                                .with_error_code(*code)
+                                .with_error_code(errors::read_error_code(e))
                             .with_high_watermark(-1)
                             .with_last_stable_offset(-1)
                                 .with_log_start_offset(-1);
@@ -224,6 +224,7 @@ fn record_count(response: &FetchResponse) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use sluice_protocol::kafka_protocol::ResponseError;
     use std::sync::Arc;
 
     use sluice_log::batch::build::{Record, batch};

@@ -1,11 +1,11 @@
 //! ListOffsets: earliest, latest, or the first offset at or after a timestamp.
 
-use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use sluice_protocol::kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
+use crate::handlers::ReadError;
 use crate::storage::OffsetSpec;
 use crate::{Broker, errors};
 
@@ -42,17 +42,18 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         .with_offset(-1);
                     let Some(log) = topic.as_ref().and_then(|t| t.partition(p.partition_index))
                     else {
-                        return response
-                            .with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                        let e = ReadError::UnknownTopicOrPartition;
+                        return response.with_error_code(errors::read_error_code(&e));
                     };
                     let found = match offset_spec(p.timestamp) {
                         _ if p.timestamp == MAX_TIMESTAMP => {
-                            return response
-                                .with_error_code(ResponseError::UnsupportedVersion.code());
+                            let e = ReadError::MaxTimestamp;
+                            return response.with_error_code(errors::read_error_code(&e));
                         }
                         Some(spec) => log.offset_for(spec),
                         None => {
-                            return response.with_error_code(ResponseError::InvalidRequest.code());
+                            let e = ReadError::Timestamp(p.timestamp);
+                            return response.with_error_code(errors::read_error_code(&e));
                         }
                     };
                     match found {

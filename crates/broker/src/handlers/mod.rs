@@ -46,6 +46,20 @@ pub enum AdminError {
     Topic(#[from] TopicError),
 }
 
+/// Why a read request (Fetch, ListOffsets) was refused for one partition before storage was
+/// asked; `errors::read_error_code` gives its Kafka code.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+pub enum ReadError {
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error("isolation level {0} is not 0 (read uncommitted) or 1 (read committed)")]
+    IsolationLevel(i8),
+    #[error("the max-timestamp offset spec (-3) is not supported")]
+    MaxTimestamp,
+    #[error("timestamp {0} is not an offset spec (-1 latest, -2 earliest) or a time (0 or more)")]
+    Timestamp(i64),
+}
+
 pub(crate) fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_owned()))
 }

@@ -176,7 +176,7 @@ pub fn append_plain(
     topic: &Topic,
     partition: i32,
     records: &[u8],
-) -> Result<Appended, (i16, String)> {
+) -> Result<Appended, ProduceError> {
     let outcome = if BatchView::parse(records).is_ok_and(|v| v.producer_id() >= 0) {
         Err(ProduceError::IdempotentOverHttp)
     } else {
@@ -187,7 +187,6 @@ pub fn append_plain(
         Ok(Outcome::Duplicate(..)) => Err(ProduceError::UnexpectedDuplicate),
         Err(e) => Err(e),
     }
-    .map_err(|e| (errors::produce_error_code(&e), e.to_string()))
 }
 
 /// Validates and appends one partition's records, applying idempotent-producer checks.
