@@ -70,6 +70,32 @@ impl BrokerConfig {
             groups: sluice_groups::GroupConfig::default(),
         }
     }
+
+    /// Checks every setting (the log defaults and the group settings included); the message
+    /// names the `serve` setting to fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let max = self.partitions_per_topic_max;
+        if !(1..=max).contains(&self.default_partitions) {
+            return Err(ConfigError(format!(
+                "default_partitions must be between 1 and {max}, got {}",
+                self.default_partitions
+            )));
+        }
+        self.log
+            .validate()
+            .map_err(|e| ConfigError(e.to_string()))?;
+        self.groups.validate().map_err(|e| ConfigError(e.0))?;
+        if !(1..=64).contains(&self.sync_threads) {
+            return Err(ConfigError(format!(
+                "sync_threads must be between 1 and 64, got {}",
+                self.sync_threads
+            )));
+        }
+        if self.fetch_max_bytes == 0 {
+            return Err(ConfigError("fetch_max_bytes must be at least 1".to_owned()));
+        }
+        Ok(())
+    }
 }
 
 /// The topic-level configs Sluice implements, with their Kafka names.
@@ -201,6 +227,35 @@ impl TopicConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broker_config_validate_names_the_setting_to_fix() {
+        let dir = std::path::Path::new("/nonexistent");
+        assert_eq!(BrokerConfig::new(dir).validate(), Ok(()));
+        let refused = |change: fn(&mut BrokerConfig)| {
+            let mut c = BrokerConfig::new(dir);
+            change(&mut c);
+            c.validate().unwrap_err().0
+        };
+        assert!(refused(|c| c.default_partitions = 0).starts_with("default_partitions must be"));
+        assert!(
+            refused(|c| c.sync_threads = 65).starts_with("sync_threads must be between 1 and 64")
+        );
+        assert!(
+            refused(|c| c.log.segment_bytes = 1)
+                .starts_with("invalid log configuration: segment_bytes")
+        );
+        assert!(refused(|c| c.groups.groups_max = 0).starts_with("groups_max must be at least 1"));
+        assert!(
+            refused(
+                |c| c.groups.consumer.heartbeat_interval_ms = c.groups.consumer.session_timeout_ms
+            )
+            .contains("less than group_consumer_session_timeout_ms")
+        );
+        assert!(
+            refused(|c| c.fetch_max_bytes = 0).starts_with("fetch_max_bytes must be at least 1")
+        );
+    }
 
     #[test]
     fn configs_are_validated_with_messages_that_say_what_to_fix() {

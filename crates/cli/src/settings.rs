@@ -213,19 +213,13 @@ pub struct Resolved {
     pub server_config: ServerConfig,
 }
 
-/// Refuses a count of 0 (no connection, request or group could ever be served).
-fn at_least_one(name: &str, v: usize) -> anyhow::Result<()> {
-    if v == 0 {
-        bail!("{name} must be at least 1");
-    }
-    Ok(())
-}
-
 impl Settings {
-    /// Fills in defaults and checks every value; the checks run in a fixed order, so a
+    /// Fills in defaults and checks every value. Each config type checks its own values
+    /// (`BrokerConfig::validate`, `HttpConfig::validate`, `ServerConfig::validate`); what spans
+    /// them (the memory budget's split) is checked here. The checks run in a fixed order, so a
     /// configuration with several mistakes always reports the same one first.
     pub fn resolve(self) -> anyhow::Result<Resolved> {
-        let mut http_config = self.http_config()?;
+        let mut http_config = self.http_config();
         let auth = Arc::new(
             Auth::new(self.http_api_keys.clone().unwrap_or_default())
                 .map_err(anyhow::Error::msg)
@@ -240,10 +234,13 @@ impl Settings {
             .kafka_addr
             .clone()
             .unwrap_or_else(|| "127.0.0.1:9092".to_owned());
-        let mut broker_config = self.broker_config(&data_dir)?;
+        let mut broker_config = self.broker_config(&data_dir);
         let mut server_config = ServerConfig::default();
+        self.apply_kafka_connections(&mut server_config);
+        http_config.validate()?;
+        broker_config.validate()?;
+        server_config.validate()?;
         self.apply_memory_limit(&mut broker_config, &mut server_config, &mut http_config)?;
-        self.apply_kafka_connections(&mut server_config)?;
         Ok(Resolved {
             data_dir,
             kafka_addr,
@@ -258,7 +255,7 @@ impl Settings {
 
     /// The HTTP API's limits and timeouts, all but the body size cap, which
     /// [`Settings::apply_memory_limit`] settles.
-    fn http_config(&self) -> anyhow::Result<HttpConfig> {
+    fn http_config(&self) -> HttpConfig {
         let mut c = HttpConfig::default();
         if let Some(v) = self.http_max_body_bytes {
             c.max_body_bytes = v;
@@ -281,21 +278,7 @@ impl Settings {
         if let Some(v) = self.http_max_connections {
             c.max_connections = v;
         }
-        at_least_one("http_max_body_bytes", c.max_body_bytes)?;
-        at_least_one("http_max_records_per_request", c.max_records_per_request)?;
-        at_least_one("http_max_concurrent_requests", c.max_concurrent_requests)?;
-        at_least_one("http_max_connections", c.max_connections)?;
-        // A zero timeout would close every connection (or answer every body 408) at once.
-        for (name, v) in [
-            ("http_header_read_timeout_ms", c.header_read_timeout_ms),
-            ("http_body_read_timeout_ms", c.body_read_timeout_ms),
-            ("http_idle_timeout_ms", c.idle_timeout_ms),
-        ] {
-            if v == 0 {
-                bail!("{name} must be at least 1 (a timeout of 0 would cut off every request)");
-            }
-        }
-        Ok(c)
+        c
     }
 
     /// Resolves the HTTP address. An open HTTP API on a non-loopback address is refused here,
@@ -325,18 +308,12 @@ impl Settings {
 
     /// Topics, the log, groups and syncing; the memory-derived fetch cap and budget are set by
     /// [`Settings::apply_memory_limit`].
-    fn broker_config(&self, data_dir: &Path) -> anyhow::Result<BrokerConfig> {
+    fn broker_config(&self, data_dir: &Path) -> BrokerConfig {
         let mut c = BrokerConfig::new(data_dir);
         if let Some(v) = self.auto_create_topics {
             c.auto_create_topics = v;
         }
         if let Some(v) = self.default_partitions {
-            if !(1..=c.partitions_per_topic_max).contains(&v) {
-                bail!(
-                    "default_partitions must be between 1 and {}, got {v}",
-                    c.partitions_per_topic_max
-                );
-            }
             c.default_partitions = v;
         }
         if let Some(v) = self.retention_ms {
@@ -351,12 +328,8 @@ impl Settings {
         if let Some(v) = self.segment_ms {
             c.log.segment_ms = Some(v);
         }
-        c.log.validate().context("invalid log settings")?;
-        self.apply_groups(&mut c.groups)?;
+        self.apply_groups(&mut c.groups);
         if let Some(v) = self.sync_threads {
-            if !(1..=64).contains(&v) {
-                bail!("sync_threads must be between 1 and 64, got {v}");
-            }
             c.sync_threads = v;
         }
         match self.flush_interval_ms {
@@ -366,14 +339,11 @@ impl Settings {
         if let Some(v) = self.max_message_bytes {
             c.max_message_bytes = v;
         }
-        Ok(c)
+        c
     }
 
-    fn apply_groups(&self, groups: &mut sluice_broker::groups::GroupConfig) -> anyhow::Result<()> {
+    fn apply_groups(&self, groups: &mut sluice_broker::groups::GroupConfig) {
         if let Some(v) = self.group_initial_rebalance_delay_ms {
-            if v < 0 {
-                bail!("group_initial_rebalance_delay_ms must be 0 or more, got {v}");
-            }
             groups.classic.initial_rebalance_delay_ms = v;
         }
         if let Some(v) = self.group_consumer_heartbeat_interval_ms {
@@ -382,22 +352,9 @@ impl Settings {
         if let Some(v) = self.group_consumer_session_timeout_ms {
             groups.consumer.session_timeout_ms = v;
         }
-        // Checked on the merged values: either one may come from a default.
-        let consumer = &groups.consumer;
-        if consumer.heartbeat_interval_ms < 1
-            || consumer.heartbeat_interval_ms >= consumer.session_timeout_ms
-        {
-            bail!(
-                "group_consumer_heartbeat_interval_ms ({}) must be at least 1 and less than group_consumer_session_timeout_ms ({})",
-                consumer.heartbeat_interval_ms,
-                consumer.session_timeout_ms
-            );
-        }
         if let Some(v) = self.groups_max {
-            at_least_one("groups_max", v)?;
             groups.groups_max = v;
         }
-        Ok(())
     }
 
     /// Sets the memory budget and the three sizes that draw on it: the largest Kafka request,
@@ -456,17 +413,11 @@ impl Settings {
     }
 
     /// Kafka connection timeouts and counts.
-    fn apply_kafka_connections(&self, server: &mut ServerConfig) -> anyhow::Result<()> {
+    fn apply_kafka_connections(&self, server: &mut ServerConfig) {
         if let Some(v) = self.request_timeout_ms {
-            if v == 0 {
-                bail!("request_timeout_ms must be at least 1");
-            }
             server.request_timeout = Duration::from_millis(v);
         }
         if let Some(v) = self.connections_max_idle_ms {
-            if v == 0 {
-                bail!("connections_max_idle_ms must be at least 1");
-            }
             server.connections_max_idle = Duration::from_millis(v);
         }
         if let Some(v) = self.max_connections {
@@ -475,9 +426,6 @@ impl Settings {
         if let Some(v) = self.max_connections_per_ip {
             server.max_connections_per_ip = v;
         }
-        at_least_one("max_connections", server.max_connections)?;
-        at_least_one("max_connections_per_ip", server.max_connections_per_ip)?;
-        Ok(())
     }
 }
 

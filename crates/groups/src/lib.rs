@@ -86,6 +86,37 @@ impl Default for GroupConfig {
     }
 }
 
+/// Why a [`GroupConfig`] was refused; the message names the `serve` setting to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl GroupConfig {
+    /// Checks the settings together (the heartbeat interval against the session timeout, either
+    /// of which may be a default).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let delay = self.classic.initial_rebalance_delay_ms;
+        if delay < 0 {
+            return Err(ConfigError(format!(
+                "group_initial_rebalance_delay_ms must be 0 or more, got {delay}"
+            )));
+        }
+        let consumer = &self.consumer;
+        if consumer.heartbeat_interval_ms < 1
+            || consumer.heartbeat_interval_ms >= consumer.session_timeout_ms
+        {
+            return Err(ConfigError(format!(
+                "group_consumer_heartbeat_interval_ms ({}) must be at least 1 and less than group_consumer_session_timeout_ms ({})",
+                consumer.heartbeat_interval_ms, consumer.session_timeout_ms
+            )));
+        }
+        if self.groups_max == 0 {
+            return Err(ConfigError("groups_max must be at least 1".to_owned()));
+        }
+        Ok(())
+    }
+}
+
 /// A group's protocol family, as ListGroups v5 reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupType {

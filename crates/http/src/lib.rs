@@ -90,6 +90,41 @@ impl Default for HttpConfig {
     }
 }
 
+/// Why an [`HttpConfig`] was refused; the message names the `serve` setting to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl HttpConfig {
+    /// Refuses values that would make the API serve nothing: a zero count refuses every body,
+    /// record, request or connection, and a zero timeout would cut off every request.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, v) in [
+            ("http_max_body_bytes", self.max_body_bytes),
+            ("http_max_records_per_request", self.max_records_per_request),
+            ("http_max_concurrent_requests", self.max_concurrent_requests),
+            ("http_max_connections", self.max_connections),
+            ("fetch_max_bytes", self.fetch_max_bytes),
+        ] {
+            if v == 0 {
+                return Err(ConfigError(format!("{name} must be at least 1")));
+            }
+        }
+        for (name, v) in [
+            ("http_header_read_timeout_ms", self.header_read_timeout_ms),
+            ("http_body_read_timeout_ms", self.body_read_timeout_ms),
+            ("http_idle_timeout_ms", self.idle_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(ConfigError(format!(
+                    "{name} must be at least 1 (a timeout of 0 would cut off every request)"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What every handler shares.
 #[derive(Debug)]
 pub struct AppState {
@@ -156,4 +191,31 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// limits.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
     conn::serve(listener, state).await
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn validate_refuses_zero_limits_and_timeouts() {
+        assert_eq!(HttpConfig::default().validate(), Ok(()));
+        let refused = |change: fn(&mut HttpConfig)| {
+            let mut c = HttpConfig::default();
+            change(&mut c);
+            c.validate().unwrap_err().0
+        };
+        assert_eq!(
+            refused(|c| c.max_body_bytes = 0),
+            "http_max_body_bytes must be at least 1"
+        );
+        assert_eq!(
+            refused(|c| c.max_connections = 0),
+            "http_max_connections must be at least 1"
+        );
+        assert!(
+            refused(|c| c.idle_timeout_ms = 0)
+                .starts_with("http_idle_timeout_ms must be at least 1")
+        );
+    }
 }

@@ -77,6 +77,38 @@ impl Default for ServerConfig {
     }
 }
 
+/// Why a [`ServerConfig`] was refused; the message names the `serve` setting to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl ServerConfig {
+    /// Refuses values that would make the listener serve nothing: a zero timeout would close
+    /// every connection at once, a zero count would refuse every connection or request.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let refuse = |name: &str| Err(ConfigError(format!("{name} must be at least 1")));
+        if self.request_timeout.is_zero() {
+            return refuse("request_timeout_ms");
+        }
+        if self.connections_max_idle.is_zero() {
+            return refuse("connections_max_idle_ms");
+        }
+        if self.max_connections == 0 {
+            return refuse("max_connections");
+        }
+        if self.max_connections_per_ip == 0 {
+            return refuse("max_connections_per_ip");
+        }
+        if self.in_flight_per_connection == 0 {
+            return refuse("in_flight_per_connection");
+        }
+        if self.max_request_bytes == 0 {
+            return refuse("max_request_bytes");
+        }
+        Ok(())
+    }
+}
+
 /// How often at most the listener logs a repeated event (refusals, failed accepts, closes).
 const REPEATED_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -154,4 +186,35 @@ pub async fn serve(
         }
     }
     connections.shutdown().await;
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn validate_refuses_zero_timeouts_and_counts() {
+        assert_eq!(ServerConfig::default().validate(), Ok(()));
+        let refused = |change: fn(&mut ServerConfig)| {
+            let mut c = ServerConfig::default();
+            change(&mut c);
+            c.validate().unwrap_err().0
+        };
+        assert_eq!(
+            refused(|c| c.request_timeout = Duration::ZERO),
+            "request_timeout_ms must be at least 1"
+        );
+        assert_eq!(
+            refused(|c| c.connections_max_idle = Duration::ZERO),
+            "connections_max_idle_ms must be at least 1"
+        );
+        assert_eq!(
+            refused(|c| c.max_connections = 0),
+            "max_connections must be at least 1"
+        );
+        assert_eq!(
+            refused(|c| c.max_connections_per_ip = 0),
+            "max_connections_per_ip must be at least 1"
+        );
+    }
 }
