@@ -1,0 +1,36 @@
+//! # sluice-object: the flush-object format of object-storage mode
+//!
+//! In object-storage mode (`--storage s3://BUCKET/PREFIX`) the broker collects the produce
+//! batches of every partition for up to a linger interval and writes them as ONE object per
+//! flush; only after that PUT succeeds are they acknowledged. This crate is the byte format of
+//! those objects and of their names, and nothing else: pure, I/O-free, no object-store client.
+//! The flusher (which owns the clock, the bucket and the retries) sits above it.
+//!
+//! Where it sits: produce → broker validates batches → flusher hands each partition's batches
+//! to an [`ObjectWriter`] (which assigns or checks offsets and checks every batch) plus the
+//! metadata records that must survive → `finish` → conditional PUT of the bytes under
+//! [`object_name`] → acknowledge. Fetch → [`parse_footer`] (one suffix-range GET) →
+//! [`parse_index`] (one ranged GET) → [`locate`] → one ranged GET of the run →
+//! [`verify_run`] → [`batches_from`] → the bytes go to the consumer unchanged.
+//!
+//! Modules: [`format`](mod@format) specifies the byte layout (read its doc before changing
+//! anything) and holds its types, [`writer`] builds objects, [`reader`] decodes and checks
+//! them, [`name`] the object names, [`error`] the one error enum.
+
+pub mod error;
+pub mod format;
+pub mod name;
+pub mod reader;
+pub mod writer;
+
+pub use error::{BatchProblem, MalformedWhat, ObjectError, Result, Section};
+pub use format::{
+    EMPTY_OBJECT_BYTES, FOOTER_BYTES, FORMAT_VERSION, Footer, HEADER_BYTES, INDEX_ENTRY_BYTES,
+    MAGIC, ObjectHeader, RunEntry, TopicId, patch_base_offsets,
+};
+pub use name::{ObjectName, checkpoint_name, object_name, parse_name};
+pub use reader::{
+    Index, Meta, MetaIter, MetaRecord, ObjectReader, batches_from, locate, parse_footer,
+    parse_header, parse_index, parse_meta, verify_run,
+};
+pub use writer::ObjectWriter;
