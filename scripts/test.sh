@@ -70,6 +70,12 @@ if ! need kcat; then
     || { $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq kcat >/dev/null; }
 fi
 
+# MinIO (built with `go install` once, then cached) is the S3 server the object-storage
+# tests start on loopback; they fail, not skip, without it.
+# shellcheck source=lib/minio.sh
+. scripts/lib/minio.sh
+ensure_minio
+
 if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
   echo "==> cargo fmt --check"
   cargo fmt --all -- --check
