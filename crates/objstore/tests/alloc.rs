@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use common::{build_batch, header, topic};
-use sluice_object::{ObjectReader, ObjectWriter, parse_footer, parse_index, parse_meta};
+use sluice_objstore::{ObjectReader, ObjectWriter, parse_footer, parse_index, parse_meta};
 
 struct Counting;
 

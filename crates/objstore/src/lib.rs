@@ -1,10 +1,12 @@
-//! # sluice-object: the flush-object format of object-storage mode
+//! # sluice-objstore: object-store partition storage
+//!
+//! The second storage backend (design: `docs/object-storage.md`). So far it holds the
+//! flush-object format; the flusher, the local index and the caches are built on it next.
 //!
 //! In object-storage mode (`--storage s3://BUCKET/PREFIX`) the broker collects the produce
 //! batches of every partition for up to a linger interval and writes them as ONE object per
-//! flush; only after that PUT succeeds are they acknowledged. This crate is the byte format of
-//! those objects and of their names, and nothing else: pure, I/O-free, no object-store client.
-//! The flusher (which owns the clock, the bucket and the retries) sits above it.
+//! flush; only after that PUT succeeds are they acknowledged. The format and the names are pure
+//! and I/O-free; the flusher (which owns the clock, the bucket and the retries) sits above them.
 //!
 //! Where it sits: produce → broker validates batches → flusher hands each partition's batches
 //! to an [`ObjectWriter`] (which assigns or checks offsets and checks every batch) plus the

@@ -5,9 +5,9 @@ mod common;
 use common::{RunSpec, header, reseal, run_bytes, sample_object, topic, write_object};
 use proptest::prelude::*;
 use sluice_batch::{crc_of, header as bh, read_i32, read_i64, read_u32};
-use sluice_object::BatchProblem;
-use sluice_object::error::MalformedWhat;
-use sluice_object::{
+use sluice_objstore::BatchProblem;
+use sluice_objstore::error::MalformedWhat;
+use sluice_objstore::{
     FOOTER_BYTES, HEADER_BYTES, ObjectError, ObjectReader, ObjectWriter, RunEntry, Section,
     TopicId, batches_from, locate, parse_footer, parse_index, parse_meta, patch_base_offsets,
     verify_run,
@@ -192,7 +192,7 @@ proptest! {
         let _ = ObjectReader::new(&bytes);
         let _ = parse_footer(&bytes, len);
         let _ = parse_footer(&bytes, bytes.len() as u64);
-        let _ = sluice_object::parse_header(&bytes);
+        let _ = sluice_objstore::parse_header(&bytes);
         let _ = batches_from(&bytes, 0);
     }
 
@@ -416,9 +416,9 @@ fn hostile_counts_are_refused() {
 fn an_empty_object_is_valid() {
     let mut writer = ObjectWriter::new();
     assert!(writer.is_empty());
-    assert_eq!(writer.encoded_len(), sluice_object::EMPTY_OBJECT_BYTES);
+    assert_eq!(writer.encoded_len(), sluice_objstore::EMPTY_OBJECT_BYTES);
     let object = writer.finish(header(0)).unwrap();
-    assert_eq!(object.len(), sluice_object::EMPTY_OBJECT_BYTES);
+    assert_eq!(object.len(), sluice_objstore::EMPTY_OBJECT_BYTES);
     let reader = ObjectReader::new(&object).unwrap();
     assert!(reader.index().is_empty() && reader.meta().is_empty());
     assert_eq!(&object[..8], b"SLUICEOB");

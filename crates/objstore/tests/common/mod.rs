@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use sluice_batch::{BatchBuilder, RecordRef};
-use sluice_object::{ObjectHeader, ObjectWriter, RunEntry, TopicId};
+use sluice_objstore::{ObjectHeader, ObjectWriter, RunEntry, TopicId};
 
 /// One partition's input: its key and its batches (each a list of record values).
 #[derive(Debug, Clone)]
@@ -79,7 +79,7 @@ pub fn write_object(
                     12 + i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
                 let mut batch = bytes[pos..pos + len].to_vec();
                 next += i64::from(spec.gaps.get(i).copied().unwrap_or(0));
-                next = sluice_object::patch_base_offsets(&mut batch, next).unwrap();
+                next = sluice_objstore::patch_base_offsets(&mut batch, next).unwrap();
                 writer.push_batches(&batch).unwrap();
                 pos += len;
             }
