@@ -19,6 +19,7 @@
 //! anything) and holds its types, [`writer`] builds objects, [`reader`] decodes and checks
 //! them, [`name`] the object names, [`error`] the one error enum.
 
+pub mod bucket;
 pub mod error;
 pub mod format;
 pub mod name;

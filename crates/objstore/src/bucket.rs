@@ -1,0 +1,1 @@
+//! Opening the bucket that object-storage mode writes to (being built).
