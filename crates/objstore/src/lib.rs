@@ -18,6 +18,10 @@
 //! Modules: [`format`](mod@format) specifies the byte layout (read its doc before changing
 //! anything) and holds its types, [`writer`] builds objects, [`reader`] decodes and checks
 //! them, [`name`] the object names, [`error`] the one error enum.
+//!
+//! [`bucket`] opens the bucket: `--storage s3://BUCKET/PREFIX` plus the standard AWS variables
+//! become an S3 client, and a bounded start check proves it usable (its own error enum,
+//! [`BucketError`], whose lines are printed to the operator as they are).
 
 pub mod bucket;
 pub mod error;
@@ -26,6 +30,7 @@ pub mod name;
 pub mod reader;
 pub mod writer;
 
+pub use bucket::{Bucket, BucketConfig, BucketError, StorageUrl};
 pub use error::{BatchProblem, MalformedWhat, ObjectError, Result, Section};
 pub use format::{
     EMPTY_OBJECT_BYTES, FOOTER_BYTES, FORMAT_VERSION, Footer, HEADER_BYTES, INDEX_ENTRY_BYTES,
