@@ -26,6 +26,7 @@
 pub mod bucket;
 pub mod error;
 pub mod format;
+pub mod lease;
 pub mod name;
 pub mod reader;
 pub mod writer;
@@ -36,6 +37,7 @@ pub use format::{
     EMPTY_OBJECT_BYTES, FOOTER_BYTES, FORMAT_VERSION, Footer, HEADER_BYTES, INDEX_ENTRY_BYTES,
     MAGIC, ObjectHeader, RunEntry, TopicId, patch_base_offsets,
 };
+pub use lease::{Epoch, Lease, LeaseError, LeaseKeeper, LeaseSettings, LeaseStatus, WriterId};
 pub use name::{ObjectName, checkpoint_name, object_name, parse_name};
 pub use reader::{
     Index, Meta, MetaIter, MetaRecord, ObjectReader, batches_from, locate, parse_footer,
