@@ -14,7 +14,10 @@
 //! The bucket is created with a plain S3 `CreateBucket` request signed by the small AWS
 //! Signature Version 4 signer in [`sigv4`], so this crate needs no S3 client of its own.
 
+pub mod faulty;
 pub mod sigv4;
+
+pub use faulty::FaultyStore;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
