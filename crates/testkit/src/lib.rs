@@ -7,6 +7,9 @@
 //! it to inject faults. Dropping it always kills the process (by its PID) and removes the
 //! directory.
 //!
+//! [`FaultyStore`] wraps any object store (the in-memory one in unit tests) and injects errors,
+//! latency, lost responses, hangs and outages, per operation and path prefix, reproducibly.
+//!
 //! The binary comes from `SLUICE_MINIO_BIN`, else from the tools cache that `scripts/test.sh`
 //! fills (`scripts/lib/minio.sh`). Without it the tests fail with a message that says how to get
 //! it: a missing MinIO must never turn into silently skipped tests.
