@@ -46,10 +46,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::ConnectInfo;
 use axum::http::Request;
-use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -60,6 +58,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tower_service::Service;
 
+use crate::limits::{FrameHook, HookedBody};
 use crate::{AppState, HttpConfig};
 
 /// At most one log line per this long for refused connections (and one for accept errors),
@@ -232,7 +231,7 @@ async fn serve_connection(
             async move {
                 // The router is always ready (axum's `Router::poll_ready` is `Ready`).
                 let response = router.call(request).await?;
-                Ok::<_, Infallible>(response.map(|body| Body::new(UntilDone { body, _busy: busy })))
+                Ok::<_, Infallible>(response.map(|body| HookedBody::wrap(body, busy)))
             }
         })
     };
@@ -407,31 +406,11 @@ impl Drop for Busy {
     }
 }
 
-/// A response body, unchanged, that keeps its connection [`Busy`] until it is done (hyper
-/// drops it once it has written the last frame).
-#[derive(Debug)]
-struct UntilDone {
-    body: Body,
-    _busy: Busy,
-}
-
-impl HttpBody for UntilDone {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+/// A response body's hook: passes every frame on and keeps its connection [`Busy`] until the
+/// body is done (hyper drops it once it has written the last frame).
+impl FrameHook for Busy {
+    fn on_data(&mut self, _len: usize) -> Result<(), axum::Error> {
+        Ok(())
     }
 }
 

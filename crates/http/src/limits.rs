@@ -189,13 +189,7 @@ async fn limit_and_measure(
     let short = Arc::new(AtomicBool::new(false));
     let request = if declared_in.is_none() && !request.body().is_end_stream() {
         let (memory, short) = (memory.clone(), Arc::clone(&short));
-        request.map(|body| {
-            Body::new(BudgetedBody {
-                inner: body,
-                memory,
-                short,
-            })
-        })
+        request.map(|body| HookedBody::wrap(body, Budgeted { memory, short }))
     } else {
         request
     };
@@ -217,13 +211,7 @@ async fn limit_and_measure(
     let request = if declared_in.is_none() && !request.body().is_end_stream() {
         let counted = Arc::new(AtomicU64::new(0));
         meter.bytes_in = BytesIn::Counted(Arc::clone(&counted));
-        request.map(|body| {
-            Body::new(CountedBody {
-                inner: body,
-                on_data: Counter::Shared(counted),
-                meter: None,
-            })
-        })
+        request.map(|body| HookedBody::wrap(body, counted))
     } else {
         request
     };
@@ -319,13 +307,7 @@ impl Meter {
         if let Some(len) = response.body().size_hint().exact() {
             self.memory.lock().resize(len as usize);
         }
-        response.map(|body| {
-            Body::new(CountedBody {
-                inner: body,
-                on_data: Counter::Local,
-                meter: Some(self),
-            })
-        })
+        response.map(|body| HookedBody::wrap(body, self))
     }
 }
 
@@ -350,25 +332,28 @@ impl Drop for Meter {
     }
 }
 
-/// Where a [`CountedBody`] adds the data bytes it passes on.
-#[derive(Debug)]
-enum Counter {
-    /// Into `meter.bytes_out` (response bodies).
-    Local,
-    /// Into a counter the meter reads later (request bodies).
-    Shared(Arc<AtomicU64>),
+/// What a [`HookedBody`] does with each data frame it passes on: `Err` ends the body with that
+/// error instead of the frame. Trailers and the end of the stream pass through untouched.
+pub(crate) trait FrameHook {
+    fn on_data(&mut self, len: usize) -> Result<(), axum::Error>;
 }
 
-/// A body passed through unchanged (frames, size hint, end of stream), counting its data bytes.
-/// For a response it owns the request's [`Meter`], dropped (recorded) with the body.
+/// A body passed through unchanged (frames, size hint, end of stream) except that its hook sees
+/// every data frame first. Whatever the hook holds (a [`Meter`], a connection's busy mark) is
+/// dropped with the body.
 #[derive(Debug)]
-struct CountedBody {
+pub(crate) struct HookedBody<H> {
     inner: Body,
-    on_data: Counter,
-    meter: Option<Meter>,
+    hook: H,
 }
 
-impl HttpBody for CountedBody {
+impl<H: FrameHook + Send + Unpin + 'static> HookedBody<H> {
+    pub(crate) fn wrap(inner: Body, hook: H) -> Body {
+        Body::new(HookedBody { inner, hook })
+    }
+}
+
+impl<H: FrameHook + Unpin> HttpBody for HookedBody<H> {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -380,18 +365,9 @@ impl HttpBody for CountedBody {
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
+            && let Err(error) = this.hook.on_data(data.len())
         {
-            let n = data.len() as u64;
-            match &this.on_data {
-                Counter::Local => {
-                    if let Some(meter) = &mut this.meter {
-                        meter.bytes_out += n;
-                    }
-                }
-                Counter::Shared(counter) => {
-                    counter.fetch_add(n, Ordering::Relaxed);
-                }
-            }
+            return Poll::Ready(Some(Err(error)));
         }
         polled
     }
@@ -405,17 +381,33 @@ impl HttpBody for CountedBody {
     }
 }
 
-/// A request body without a declared length, reserved from the memory budget as it arrives;
-/// when the budget has no room for the next chunk it ends with an error and sets `short`,
-/// and the middleware answers 503.
+/// A response body's hook: counts its data bytes into the request's [`Meter`], which is
+/// recorded when the body is dropped.
+impl FrameHook for Meter {
+    fn on_data(&mut self, len: usize) -> Result<(), axum::Error> {
+        self.bytes_out += len as u64;
+        Ok(())
+    }
+}
+
+/// A chunked request body's hook: counts its data bytes into a counter the meter reads later.
+impl FrameHook for Arc<AtomicU64> {
+    fn on_data(&mut self, len: usize) -> Result<(), axum::Error> {
+        self.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The hook of a request body without a declared length, reserved from the memory budget as it
+/// arrives; when the budget has no room for the next chunk the body ends with an error and
+/// `short` is set, and the middleware answers 503.
 #[derive(Debug)]
-struct BudgetedBody {
-    inner: Body,
+struct Budgeted {
     memory: RequestMemory,
     short: Arc<AtomicBool>,
 }
 
-/// The error a [`BudgetedBody`] ends with.
+/// The error a [`Budgeted`] body ends with.
 #[derive(Debug)]
 struct MemoryShort;
 
@@ -427,32 +419,13 @@ impl std::fmt::Display for MemoryShort {
 
 impl std::error::Error for MemoryShort {}
 
-impl HttpBody for BudgetedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-            && !this.memory.lock().try_grow(data.len())
-        {
-            this.short.store(true, Ordering::Release);
-            return Poll::Ready(Some(Err(axum::Error::new(MemoryShort))));
+impl FrameHook for Budgeted {
+    fn on_data(&mut self, len: usize) -> Result<(), axum::Error> {
+        if self.memory.lock().try_grow(len) {
+            return Ok(());
         }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.short.store(true, Ordering::Release);
+        Err(axum::Error::new(MemoryShort))
     }
 }
 
