@@ -1,4 +1,6 @@
-//! The one RecordBatch v2 builder: writes uncompressed batches into a caller-owned buffer.
+//! The one RecordBatch v2 builder: writes batches into a caller-owned buffer, uncompressed, or
+//! compressed by a codec the caller brings ([`BatchBuilder::finish_compressed`]; this crate
+//! does no compression itself).
 //!
 //! Used by the protocol crate (`sluice produce`, the HTTP API) and, through
 //! `sluice_log::batch::build`, by the log's tests, benchmarks and tools. The broker itself never
@@ -11,7 +13,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::varint::{
     nullable_len, put_nullable_bytes, put_varint, put_varlong, varint_len, varlong_len,
 };
-use crate::{MAGIC_V2, crc_of, header};
+use crate::{MAGIC_V2, attributes, crc_of, header};
 
 /// Producer id, epoch and sequence of a non-idempotent producer.
 const NO_PRODUCER_ID: i64 = -1;
@@ -87,8 +89,9 @@ impl BatchBuf for Vec<u8> {
     }
 }
 
-/// Writes one uncompressed RecordBatch v2 into a caller-owned buffer, record by record, with
-/// base offset 0 (the broker assigns offsets) and no producer id (not idempotent). Nothing is
+/// Writes one RecordBatch v2 into a caller-owned buffer, record by record, with base offset 0
+/// (the broker assigns offsets) and, unless [`BatchBuilder::with_producer`] says otherwise, no
+/// producer id (not idempotent). Nothing is
 /// allocated per record: each record is written in place at its exact size (the buffer grows
 /// only if the caller did not reserve enough).
 ///
@@ -201,9 +204,60 @@ impl<'a, B: BatchBuf> BatchBuilder<'a, B> {
         self.count += 1;
     }
 
+    /// Marks the batch as sent by an idempotent producer: its id, epoch and the sequence number
+    /// of its first record (the header fields the broker checks for duplicates and gaps).
+    pub fn with_producer(self, producer_id: i64, producer_epoch: i16, base_sequence: i32) -> Self {
+        let header = &mut self.out[self.start..self.start + header::BYTES];
+        header[header::PRODUCER_ID].copy_from_slice(&producer_id.to_be_bytes());
+        header[header::PRODUCER_EPOCH].copy_from_slice(&producer_epoch.to_be_bytes());
+        header[header::BASE_SEQUENCE].copy_from_slice(&base_sequence.to_be_bytes());
+        self
+    }
+
+    /// Sets attribute bits besides the codec (say [`attributes::TRANSACTIONAL`]); the codec
+    /// bits are the builder's (none, or [`BatchBuilder::finish_compressed`]'s), so they are
+    /// ignored here.
+    pub fn with_attributes(self, bits: i16) -> Self {
+        let at = self.start + header::ATTRIBUTES.start;
+        let field = &mut self.out[at..at + 2];
+        let old = i16::from_be_bytes([field[0], field[1]]);
+        let new = old | (bits & !attributes::COMPRESSION_MASK);
+        field.copy_from_slice(&new.to_be_bytes());
+        self
+    }
+
     /// Completes the batch (lengths, counts, timestamps, CRC) and returns the buffer. A batch
     /// with no records is removed again: a RecordBatch holds at least one record.
     pub fn finish(self) -> &'a mut B {
+        self.complete()
+    }
+
+    /// Like [`BatchBuilder::finish`], with the records section replaced by `compress` of it and
+    /// `codec` (one of [`attributes::codec`]) in the attributes, as a Kafka producer writes a
+    /// compressed batch: the header stays uncompressed, and the length and CRC cover the
+    /// compressed bytes. `compress` must implement `codec`; nothing here checks that.
+    pub fn finish_compressed(
+        self,
+        codec: i16,
+        compress: impl FnOnce(&[u8]) -> Vec<u8>,
+    ) -> &'a mut B {
+        if self.count > 0 {
+            let records_at = self.start + header::BYTES;
+            let packed = compress(&self.out[records_at..]);
+            self.out.truncate_to(records_at);
+            self.out.reserve_bytes(packed.len());
+            self.out.put_slice(&packed);
+            let at = self.start + header::ATTRIBUTES.start;
+            let field = &mut self.out[at..at + 2];
+            let old = i16::from_be_bytes([field[0], field[1]]);
+            let new =
+                (old & !attributes::COMPRESSION_MASK) | (codec & attributes::COMPRESSION_MASK);
+            field.copy_from_slice(&new.to_be_bytes());
+        }
+        self.complete()
+    }
+
+    fn complete(self) -> &'a mut B {
         let BatchBuilder {
             out,
             start,
@@ -232,7 +286,7 @@ impl<'a, B: BatchBuf> BatchBuilder<'a, B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{read_i32, read_i64, read_u32};
+    use crate::{read_i16, read_i32, read_i64, read_u32};
 
     fn record(value: &[u8], timestamp_ms: i64) -> RecordRef<'_> {
         RecordRef {
@@ -284,5 +338,63 @@ mod tests {
         let mut out = vec![7u8; 3];
         BatchBuilder::new(&mut out).finish();
         assert_eq!(out, [7, 7, 7]);
+    }
+    #[test]
+    fn producer_fields_and_attribute_bits_are_covered_by_the_crc() {
+        let mut out = Vec::new();
+        let mut builder = BatchBuilder::new(&mut out)
+            .with_producer(42, 3, 17)
+            .with_attributes(attributes::TRANSACTIONAL | attributes::codec::GZIP);
+        builder.push(&record(b"v", 5));
+        builder.finish();
+        assert_eq!(read_i64(&out, header::PRODUCER_ID), 42);
+        assert_eq!(read_i16(&out, header::PRODUCER_EPOCH), 3);
+        assert_eq!(read_i32(&out, header::BASE_SEQUENCE), 17);
+        // The codec bits are not the caller's to set: the records are not compressed.
+        assert_eq!(
+            read_i16(&out, header::ATTRIBUTES),
+            attributes::TRANSACTIONAL
+        );
+        assert_eq!(read_u32(&out, header::CRC), crc_of(&out));
+    }
+
+    #[test]
+    fn a_compressed_batch_keeps_its_header_and_covers_the_packed_records() {
+        let mut plain = Vec::new();
+        let mut builder = BatchBuilder::new(&mut plain);
+        builder.push(&record(b"abc", 7));
+        builder.push(&record(b"de", 8));
+        builder.finish();
+
+        // A stand-in codec: reversed bytes plus one, so the sizes differ.
+        let mut packed = vec![9u8];
+        let mut builder = BatchBuilder::new(&mut packed);
+        builder.push(&record(b"abc", 7));
+        builder.push(&record(b"de", 8));
+        builder.finish_compressed(attributes::codec::ZSTD, |records| {
+            let mut out: Vec<u8> = records.iter().rev().copied().collect();
+            out.push(0xff);
+            out
+        });
+        let batch = &packed[1..];
+        let records: Vec<u8> = plain[header::BYTES..].iter().rev().copied().collect();
+        assert_eq!(&batch[header::BYTES..batch.len() - 1], &records[..]);
+        assert_eq!(
+            read_i16(batch, header::ATTRIBUTES) & attributes::COMPRESSION_MASK,
+            attributes::codec::ZSTD
+        );
+        assert_eq!(read_i32(batch, header::RECORD_COUNT), 2);
+        let length = read_i32(batch, header::BATCH_LENGTH) as usize;
+        assert_eq!(length + header::LOG_OVERHEAD_BYTES, batch.len());
+        assert_eq!(read_u32(batch, header::CRC), crc_of(batch));
+        // Everything before the attributes is as in the uncompressed batch but the length.
+        assert_eq!(
+            batch[..header::BATCH_LENGTH.start],
+            plain[..header::BATCH_LENGTH.start]
+        );
+        assert_eq!(
+            batch[header::PARTITION_LEADER_EPOCH.start..header::CRC.start],
+            plain[header::PARTITION_LEADER_EPOCH.start..header::CRC.start]
+        );
     }
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use sluice_batch::{BatchBuilder, RecordRef, attributes};
 use sluice_broker::{Broker, BrokerConfig};
 use sluice_log::batch::build::{Record, batch};
 use sluice_protocol::codec::Request;
@@ -120,15 +121,29 @@ fn records(n: usize, value_len: usize) -> Vec<u8> {
     batch(1_700_000_000_000, &recs)
 }
 
+/// An idempotent batch from `producer_id`/`epoch` starting at `seq`, with extra attribute
+/// `bits` (such as the transactional one).
+fn idempotent_with(producer_id: i64, epoch: i16, seq: i32, n: usize, bits: i16) -> Vec<u8> {
+    let value = [b'x'; 10];
+    let mut out = Vec::new();
+    let mut builder = BatchBuilder::with_base_timestamp(&mut out, 1_700_000_000_000)
+        .with_producer(producer_id, epoch, seq)
+        .with_attributes(bits);
+    for _ in 0..n {
+        builder.push(&RecordRef {
+            key: None,
+            value: Some(&value),
+            headers: &[],
+            timestamp_ms: 1_700_000_000_000,
+        });
+    }
+    builder.finish();
+    out
+}
+
 /// An idempotent batch from `producer_id`/`epoch` starting at `seq`.
 fn idempotent(producer_id: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
-    let mut b = records(n, 10);
-    b[43..51].copy_from_slice(&producer_id.to_be_bytes());
-    b[51..53].copy_from_slice(&epoch.to_be_bytes());
-    b[53..57].copy_from_slice(&seq.to_be_bytes());
-    let crc = crc32c::crc32c(&b[21..]);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    b
+    idempotent_with(producer_id, epoch, seq, n, 0)
 }
 
 #[test]
@@ -502,10 +517,7 @@ fn every_refusal_keeps_its_code_and_message() {
         E::CorruptMessage,
         "CRC",
     );
-    let mut txn = idempotent(77, 0, 0, 1);
-    txn[22] |= 0x10;
-    let crc = crc32c::crc32c(&txn[21..]);
-    txn[17..21].copy_from_slice(&crc.to_be_bytes());
+    let txn = idempotent_with(77, 0, 0, 1, attributes::TRANSACTIONAL);
     ask(
         "transactional",
         -1,

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use common::Api;
 use serde_json::{Value, json};
+use sluice_batch::BatchBuilder;
+use sluice_batch::attributes::codec;
 use sluice_broker::TopicConfig;
-use sluice_protocol::records::{Batches, ProducerRecord, encode_batch};
+use sluice_protocol::records::{Batches, ProducerRecord};
 
 const BINARY: &str = "application/x-sluice-batch";
 
@@ -491,36 +493,17 @@ async fn long_poll_wakes_on_a_record_and_times_out_empty() {
 /// A gzip batch as a Kafka producer writes it: the records section compressed, attributes
 /// codec 1, length and CRC over the compressed bytes.
 fn gzip_batch(records: &[ProducerRecord]) -> Bytes {
-    const HEADER: usize = 61;
-    let mut plain = BytesMut::new();
-    encode_batch(&mut plain, records);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&plain[HEADER..]).unwrap();
-    let packed = gz.finish().unwrap();
-    let mut out = BytesMut::from(&plain[..HEADER]);
-    out.extend_from_slice(&packed);
-    let length = (out.len() - 12) as i32;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
-    out[22] |= 1;
-    let crc = crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    out.freeze()
-}
-
-/// CRC-32C (Castagnoli), bit by bit: enough for a test batch.
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
-        }
+    let mut out = BytesMut::new();
+    let mut builder = BatchBuilder::new(&mut out);
+    for record in records {
+        builder.push(&record.as_record_ref());
     }
-    !crc
+    builder.finish_compressed(codec::GZIP, |plain| {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(plain).unwrap();
+        gz.finish().unwrap()
+    });
+    out.freeze()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
