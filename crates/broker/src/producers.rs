@@ -23,8 +23,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use sluice_log::PartitionLog;
 use sluice_log::batch::BatchView;
+use sluice_log::{DataDirSpace, PartitionLog, is_no_space};
 
 /// Batches remembered per producer and partition: Kafka clients keep at most 5 requests in
 /// flight per connection with idempotence, so a retry is always one of the last 5.
@@ -41,6 +41,8 @@ pub struct ProducerIds {
     path: PathBuf,
     /// (next id to hand out, first id not yet reserved on disk)
     state: Mutex<(i64, i64)>,
+    /// The data directory's (shared by path with the committer's): told of a full disk.
+    space: DataDirSpace,
 }
 
 impl ProducerIds {
@@ -60,6 +62,7 @@ impl ProducerIds {
         Ok(ProducerIds {
             path,
             state: Mutex::new((reserved, reserved)),
+            space: DataDirSpace::for_dir(data_dir),
         })
     }
 
@@ -67,8 +70,13 @@ impl ProducerIds {
         let mut state = self.state.lock().expect("producer ids lock");
         if state.0 == state.1 {
             let reserved = state.1 + ID_BLOCK;
-            write_atomically(&self.path, reserved.to_string().as_bytes())
-                .map_err(ProducerError::IdAllocation)?;
+            write_atomically(&self.path, reserved.to_string().as_bytes()).map_err(|e| {
+                if is_no_space(&e) {
+                    self.space.no_space("write", &self.path, &e);
+                }
+                ProducerError::IdAllocation(e)
+            })?;
+            self.space.wrote();
             state.1 = reserved;
         }
         let id = state.0;
@@ -389,5 +397,30 @@ mod tests {
         drop(ids);
         let ids = ProducerIds::open(dir.path()).unwrap();
         assert!(ids.allocate().unwrap() > b);
+    }
+
+    /// A reservation that finds the disk full marks the data directory full (what /healthz,
+    /// /metrics and the log line report), and the next one that succeeds clears it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_reservation_on_a_full_disk_marks_the_directory_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let space = DataDirSpace::for_dir(dir.path());
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        // Every write to /dev/full fails with ENOSPC.
+        let tmp = dir.path().join("producer-ids.tmp");
+        std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+        let err = ids.allocate().unwrap_err();
+        assert!(
+            matches!(&err, ProducerError::IdAllocation(e) if is_no_space(e)),
+            "{err}"
+        );
+        assert!(space.is_full());
+        assert_eq!(space.no_space_errors(), 1);
+        assert!(space.status().reason.unwrap().contains("producer-ids"));
+
+        fs::remove_file(&tmp).unwrap();
+        assert_eq!(ids.allocate().unwrap(), 0);
+        assert!(!space.is_full());
     }
 }
