@@ -183,41 +183,53 @@ pub struct Index<'a> {
     len: u32,
 }
 
-/// Decodes and checks the index section: `bytes` is exactly the footer's
-/// [`index_range`](Footer::index_range). Checks the CRC, the declared count against the length,
-/// and every entry: ascending unique (topic id, partition), runs tiling the data section from
-/// byte 40 to the meta offset, sane offsets and counts.
-pub fn parse_index<'a>(bytes: &'a [u8], footer: &Footer) -> Result<Index<'a>> {
-    let base = footer.index_offset;
-    if bytes.len() as u64 != footer.index_len {
+/// The checks the index and meta sections share: `bytes` has the length the footer gives,
+/// matches its CRC, and its 8-byte header has a zero reserved word. Returns the declared count.
+fn check_section(bytes: &[u8], section: Section, base: u64, len: u64, crc: u32) -> Result<u32> {
+    if bytes.len() as u64 != len {
         return Err(ObjectError::Truncated {
-            section: Section::Index,
+            section,
             at: base,
-            needed: footer.index_len,
+            needed: len,
             available: bytes.len() as u64,
         });
     }
     let computed = crc32c::crc32c(bytes);
-    if computed != footer.index_crc {
+    if computed != crc {
         return Err(ObjectError::BadCrc {
-            section: Section::Index,
+            section,
             at: base,
-            stored: footer.index_crc,
+            stored: crc,
             computed,
         });
     }
-    // The footer guarantees at least the index header.
-    let count = be_u32(bytes, 0..4);
     let reserved = be_u32(bytes, 4..8);
     if reserved != 0 {
         return Err(malformed(
-            Section::Index,
+            section,
             base + 4,
             MalformedWhat::ReservedNotZero {
                 value: u64::from(reserved),
             },
         ));
     }
+    Ok(be_u32(bytes, 0..4))
+}
+
+/// Decodes and checks the index section: `bytes` is exactly the footer's
+/// [`index_range`](Footer::index_range). Checks the CRC, the declared count against the length,
+/// and every entry: ascending unique (topic id, partition), runs tiling the data section from
+/// byte 40 to the meta offset, sane offsets and counts.
+pub fn parse_index<'a>(bytes: &'a [u8], footer: &Footer) -> Result<Index<'a>> {
+    let base = footer.index_offset;
+    // The footer guarantees at least the index header.
+    let count = check_section(
+        bytes,
+        Section::Index,
+        base,
+        footer.index_len,
+        footer.index_crc,
+    )?;
     let entries = &bytes[INDEX_HEADER_BYTES..];
     let needed = u64::from(count) * INDEX_ENTRY_BYTES as u64;
     if needed != entries.len() as u64 {
@@ -365,34 +377,7 @@ pub struct MetaRecord<'a> {
 /// present, and that the records fill the section exactly.
 pub fn parse_meta<'a>(bytes: &'a [u8], footer: &Footer) -> Result<Meta<'a>> {
     let base = footer.meta_offset;
-    if bytes.len() as u64 != footer.meta_len {
-        return Err(ObjectError::Truncated {
-            section: Section::Meta,
-            at: base,
-            needed: footer.meta_len,
-            available: bytes.len() as u64,
-        });
-    }
-    let computed = crc32c::crc32c(bytes);
-    if computed != footer.meta_crc {
-        return Err(ObjectError::BadCrc {
-            section: Section::Meta,
-            at: base,
-            stored: footer.meta_crc,
-            computed,
-        });
-    }
-    let count = be_u32(bytes, 0..4);
-    let reserved = be_u32(bytes, 4..8);
-    if reserved != 0 {
-        return Err(malformed(
-            Section::Meta,
-            base + 4,
-            MalformedWhat::ReservedNotZero {
-                value: u64::from(reserved),
-            },
-        ));
-    }
+    let count = check_section(bytes, Section::Meta, base, footer.meta_len, footer.meta_crc)?;
     let records = &bytes[META_HEADER_BYTES..];
     let needed = u64::from(count) * META_RECORD_HEADER_BYTES as u64;
     if needed > records.len() as u64 {

@@ -4,16 +4,14 @@
 //!
 //! Each test starts its own MinIO (`sluice_testkit::MinioServer`) and is bounded in time.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
-use object_store::{
-    BackoffConfig, ClientOptions, Error, ObjectStore, ObjectStoreExt, PutMode, PutPayload,
-    RetryConfig, UpdateVersion,
-};
+use object_store::{Error, ObjectStore, ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
+use sluice_objstore::bucket::{self, BucketConfig, StorageUrl};
 use sluice_objstore::lease::{
     Epoch, Lease, LeaseClock, LeaseError, LeaseRecord, LeaseSettings, LeaseStatus, SystemClock,
 };
@@ -25,33 +23,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The bound on all retries of one operation.
 const RETRY_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// An S3 client for the bucket of `minio` (path-style, plain HTTP, bounded retries).
-fn s3(minio: &MinioServer) -> AmazonS3 {
-    AmazonS3Builder::new()
-        .with_endpoint(minio.endpoint())
-        .with_region(minio.region())
-        .with_bucket_name(minio.bucket())
-        .with_access_key_id(minio.access_key())
-        .with_secret_access_key(minio.secret_key())
-        .with_virtual_hosted_style_request(false)
-        // `with_client_options` replaces the options, so plain HTTP is allowed in them.
-        .with_client_options(
-            ClientOptions::new()
-                .with_allow_http(true)
-                .with_timeout(REQUEST_TIMEOUT)
-                .with_connect_timeout(CONNECT_TIMEOUT),
-        )
-        .with_retry(RetryConfig {
-            backoff: BackoffConfig {
-                init_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_millis(500),
-                base: 2.0,
-            },
-            max_retries: 3,
-            retry_timeout: RETRY_TIMEOUT,
-        })
-        .build()
-        .expect("build the S3 client")
+/// An S3 client for the bucket of `minio`, opened as the broker opens its bucket
+/// (`bucket::open`), with the tighter bounds above.
+fn s3(minio: &MinioServer) -> Arc<dyn ObjectStore> {
+    let env: HashMap<&str, String> = minio.env_vars().into_iter().collect();
+    let url = StorageUrl::parse(&format!("s3://{}", minio.bucket())).unwrap();
+    let mut config = BucketConfig::from_env(url, |name| env.get(name).cloned()).unwrap();
+    config.connect_timeout = CONNECT_TIMEOUT;
+    config.request_timeout = REQUEST_TIMEOUT;
+    config.retries_max = 3;
+    config.retry_timeout = RETRY_TIMEOUT;
+    Arc::clone(bucket::open(config).expect("open the bucket").store())
 }
 
 #[tokio::test]
@@ -124,7 +106,6 @@ async fn minio_supports_conditional_update_on_the_etag() {
     ));
 
     // Racing updates on one ETag: exactly one wins.
-    let s3 = Arc::new(s3);
     let mut tasks = Vec::new();
     for writer in 0..8u8 {
         let (s3, path, version) = (
@@ -185,7 +166,7 @@ struct Broker {
 impl Broker {
     fn new(minio: &MinioServer, clock: &ManualClock) -> Broker {
         Broker {
-            store: Arc::new(s3(minio)),
+            store: s3(minio),
             prefix: Path::from("tenant/events"),
             clock: clock.as_lease_clock(),
             settings: LeaseSettings::default(),
@@ -429,7 +410,7 @@ async fn minio_killed_renewals_fail_within_a_bound_and_the_lease_expires_after_i
         renew_interval: Duration::from_millis(1_000),
         op_timeout: Duration::from_millis(1_000),
     };
-    let store: Arc<dyn ObjectStore> = Arc::new(s3(&minio));
+    let store = s3(&minio);
     let prefix = Path::from("p");
     let lease = Lease::acquire(Arc::clone(&store), &prefix, Arc::clone(&clock), settings)
         .await
