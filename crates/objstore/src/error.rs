@@ -136,6 +136,9 @@ pub enum ObjectError {
     TooLarge { what: &'static str, limit: u64 },
     #[error("object name {name:?} is not one of ours: {reason}")]
     ForeignName { name: String, reason: &'static str },
+    /// A metadata record that does not decode (see [`crate::meta`]).
+    #[error("{0}")]
+    Meta(crate::meta::MetaError),
 }
 
 /// The specific rule a malformed field breaks (kept as data so tests and logs can match it).

@@ -27,6 +27,7 @@ pub mod bucket;
 pub mod error;
 pub mod format;
 pub mod lease;
+pub mod meta;
 pub mod name;
 pub mod reader;
 pub mod writer;
