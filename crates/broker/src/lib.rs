@@ -404,6 +404,9 @@ impl Broker {
         wait: Option<tokio::time::Instant>,
     ) -> Result<storage::ReadResult, storage::StorageError> {
         loop {
+            if let Some(load) = partition.prepare_read(offset, max_bytes) {
+                load.await?;
+            }
             let read = partition.read(offset, max_bytes)?;
             match wait {
                 Some(deadline)
@@ -411,7 +414,11 @@ impl Broker {
                         && offset <= read.high_watermark
                         && tokio::time::Instant::now() < deadline =>
                 {
-                    storage::wait_for_data([(partition, read.high_watermark)], deadline).await;
+                    // At the high watermark: wait for more. Below it, the data was evicted
+                    // between the load and the read: load again.
+                    if offset == read.high_watermark {
+                        storage::wait_for_data([(partition, read.high_watermark)], deadline).await;
+                    }
                 }
                 _ => return Ok(read),
             }

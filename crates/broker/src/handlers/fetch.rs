@@ -96,6 +96,9 @@ pub async fn handle(
         })
         .collect();
     loop {
+        // Bring data kept elsewhere (an object store's ranges) into the caches before the pass,
+        // which must not wait; a failed load ends the fetch with what the pass finds.
+        let load_failed = prepare(&req, &targets, max_bytes, deadline).await;
         let mut memory = match budget.try_reserve_up_to(pass_min_bytes, max_bytes, ask) {
             Some(memory) => memory,
             None => {
@@ -111,7 +114,12 @@ pub async fn handle(
         let (response, bytes, errors) = read_once(&req, &targets, Some(memory.bytes()));
         memory.resize(bytes);
         let no_partitions = targets.iter().all(Vec::is_empty);
-        if bytes >= min_bytes || errors || no_partitions || Instant::now() >= deadline {
+        if bytes >= min_bytes
+            || errors
+            || load_failed
+            || no_partitions
+            || Instant::now() >= deadline
+        {
             if bytes > 0 {
                 broker.metrics().records_out(record_count(&response));
             }
@@ -125,6 +133,41 @@ pub async fn handle(
             .collect();
         drop((response, memory));
         storage::wait_for_data(waits, deadline).await;
+    }
+}
+
+/// Awaits every partition's [`PartitionStorage::prepare_read`] (concurrently, until
+/// `deadline`); true if one failed (it is logged).
+async fn prepare(
+    req: &FetchRequest,
+    targets: &[Vec<Target>],
+    max_bytes: usize,
+    deadline: Instant,
+) -> bool {
+    let loads: Vec<_> = req
+        .topics
+        .iter()
+        .zip(targets)
+        .flat_map(|(t, parts)| t.partitions.iter().zip(parts))
+        .filter_map(|(p, part)| {
+            let limit = (p.partition_max_bytes.max(0) as usize).min(max_bytes);
+            part.as_ref()
+                .ok()?
+                .prepare_read(p.fetch_offset, limit.max(1))
+        })
+        .collect();
+    if loads.is_empty() {
+        return false;
+    }
+    match tokio::time::timeout_at(deadline, futures::future::join_all(loads)).await {
+        Ok(results) => results.iter().any(|r| match r {
+            Ok(()) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "fetch could not load stored data");
+                true
+            }
+        }),
+        Err(_) => false,
     }
 }
 
