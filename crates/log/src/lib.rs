@@ -93,7 +93,9 @@ pub use faults::DiskFaults;
 pub use latency::{
     LATENCY_BUCKET_BOUNDS_MICROS, LATENCY_BUCKETS, LatencyHistogram, LatencySnapshot,
 };
-pub use partition::{Appended, Durable, PartitionLog, ReadResult, RetentionOutcome};
+pub use partition::{
+    Appended, Durable, PartitionLog, ReadResult, RetentionOutcome, validate_batches,
+};
 pub use recovery::{CLEAN_SHUTDOWN_MARKER, RecoveryAction, RecoveryReport};
 pub use space::{
     DataDirSpace, FsSpace, RECHECK_INTERVAL, ROOM_BYTES_MAX, SpaceStatus, TRANSITION_LOG_INTERVAL,

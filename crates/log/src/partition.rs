@@ -251,7 +251,7 @@ impl PartitionLog {
     /// [`LogError::Failed`] (or an [`LogError::Io`] that caused it) the partition refuses
     /// appends until reopened.
     pub fn append(&self, data: &[u8]) -> Result<Appended> {
-        validate(data)?;
+        validate_batches(data)?;
         let shared = &self.shared;
         let (base_offset, last_offset) = {
             let mut st = self.lock_writable()?;
@@ -797,8 +797,9 @@ impl Appended {
     }
 }
 
-/// Validates every batch in `data` (framing, header fields, CRC). Nothing is written on error.
-fn validate(data: &[u8]) -> Result<()> {
+/// Validates every batch in `data` (framing, header fields, CRC), as an append does: what any
+/// backend checks before it accepts a produce. Nothing is written on error.
+pub fn validate_batches(data: &[u8]) -> Result<()> {
     if data.is_empty() {
         return Err(LogError::InvalidBatch {
             position: 0,
