@@ -409,6 +409,19 @@ fn this_host() -> String {
     clean_host(&name)
 }
 
+/// Whether the lease's holder ran on this host under a process id that no longer exists: a
+/// broker restarted after a crash (SIGKILL, OOM) then takes over at once instead of waiting
+/// out the lease. Should the host name be shared by two machines, the takeover is still safe:
+/// objects are created if absent, so the two writers' next objects collide and the one whose
+/// epoch is not in the winning object stops, and the old holder's next renewal is fenced.
+fn holder_died_here(record: &LeaseRecord, host: &str) -> bool {
+    !host.is_empty()
+        && record.host == host
+        && record.pid != std::process::id()
+        && !std::path::Path::new(&format!("/proc/{}", record.pid)).exists()
+        && std::path::Path::new("/proc/self").exists()
+}
+
 /// "2 s" / "350 ms": how long ago something happened, for error messages.
 fn ago(ms: i64) -> String {
     let ms = ms.max(0);
@@ -694,7 +707,9 @@ impl Lease {
                         version: v.clone(),
                     });
                 }
-                Some((r, _)) if r.is_live_at(now_ms) => return Err(site.held_by(r, now_ms)),
+                Some((r, _)) if r.is_live_at(now_ms) && !holder_died_here(r, &host) => {
+                    return Err(site.held_by(r, now_ms));
+                }
                 Some((r, v)) => (
                     Epoch(r.epoch.0.saturating_add(1)),
                     PutMode::Update(v.clone()),
@@ -1155,6 +1170,53 @@ mod tests {
 
     /// The lease logic on the in-memory store, which also implements conditional updates;
     /// the same cases against MinIO are in `tests/lease_minio.rs`.
+    #[tokio::test]
+    async fn a_live_lease_of_a_dead_process_on_this_host_is_taken_over_at_once() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let clock: Arc<dyn LeaseClock> = Arc::new(|| 1_000_000);
+        let prefix = Path::from("p");
+        let settings = LeaseSettings::default();
+        // A process that has exited: its pid names nobody (until reused, which is rare).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let mut dead = record();
+        dead.host = this_host();
+        dead.pid = dead_pid;
+        dead.epoch = Epoch(4);
+        dead.renewed_ms = 999_000;
+        store
+            .put(
+                &lease_path(&prefix),
+                PutPayload::from(dead.encode().into_bytes()),
+            )
+            .await
+            .unwrap();
+        let lease = Lease::acquire(Arc::clone(&store), &prefix, Arc::clone(&clock), settings)
+            .await
+            .unwrap();
+        assert_eq!(lease.epoch(), Epoch(5));
+
+        // The same record from another host, or from a live process here, is still held.
+        for (host, pid) in [("elsewhere".to_owned(), dead_pid), (this_host(), 1)] {
+            let mut live = dead.clone();
+            live.host = host;
+            live.pid = pid;
+            let other = Path::from(format!("q{pid}"));
+            store
+                .put(
+                    &lease_path(&other),
+                    PutPayload::from(live.encode().into_bytes()),
+                )
+                .await
+                .unwrap();
+            let err = Lease::acquire(Arc::clone(&store), &other, Arc::clone(&clock), settings)
+                .await
+                .unwrap_err();
+            assert!(err.is_other_writer(), "{err}");
+        }
+    }
+
     #[tokio::test]
     async fn acquire_hold_take_over_fence_release_in_memory() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
