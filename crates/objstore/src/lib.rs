@@ -26,10 +26,12 @@
 pub mod bucket;
 pub mod error;
 pub mod format;
+pub mod index;
 pub mod lease;
 pub mod meta;
 pub mod name;
 pub mod reader;
+pub mod rebuild;
 pub mod writer;
 
 pub use bucket::{Bucket, BucketConfig, BucketError, StorageUrl};
