@@ -190,7 +190,7 @@ impl MetaChange {
         };
         let change = match kind {
             KIND_ABANDONED => {
-                if payload.len() % 8 != 0 {
+                if !payload.len().is_multiple_of(8) {
                     return Err(len_error("expected a multiple of 8"));
                 }
                 MetaChange::Abandoned(
