@@ -24,6 +24,7 @@
 //! [`BucketError`], whose lines are printed to the operator as they are).
 
 pub mod bucket;
+pub mod cache;
 pub mod error;
 pub mod format;
 pub mod index;
