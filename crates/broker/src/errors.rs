@@ -63,6 +63,7 @@ pub(crate) fn admin_error_code(e: &AdminError) -> i16 {
             ResponseError::InvalidRequest.code()
         }
         AdminError::Topic(e) => topic_error_code(e),
+        AdminError::NotDurable(_) => ResponseError::KafkaStorageError.code(),
     }
 }
 

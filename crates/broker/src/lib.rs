@@ -32,7 +32,8 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use sluice_log::{Clock, CommitConfig, GroupCommitter, SystemClock};
+pub use sluice_log::{Clock, SystemClock};
+use sluice_log::{CommitConfig, GroupCommitter};
 use sluice_protocol::codec::Request;
 use sluice_protocol::kafka_protocol::messages::{RequestKind, ResponseKind};
 
@@ -67,6 +68,8 @@ pub struct Broker {
     memory: memory::MemoryBudget,
     /// Limits the "produce refused" lines.
     produce_refusals_log: log_limiter::LogLimiter,
+    /// Where metadata file changes are made durable besides the local disk (`None`: local mode).
+    journal: sluice_storage::Journal,
 }
 
 /// How often at most the broker logs an event that clients can repeat at will.
@@ -105,6 +108,17 @@ impl Broker {
         config: BrokerConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Broker, OpenError> {
+        Self::open_with(config, clock, None)
+    }
+
+    /// Opens the broker with its partitions in `backend` (the object store) instead of local
+    /// logs, and its metadata file changes recorded in the backend's journal; `None`: local.
+    pub fn open_with(
+        config: BrokerConfig,
+        clock: Arc<dyn Clock>,
+        backend: Option<Arc<dyn sluice_storage::PartitionOpener>>,
+    ) -> Result<Broker, OpenError> {
+        let journal = backend.as_ref().map(|b| b.journal());
         // One committer, with one space state for the data directory, syncs the partition logs
         // and the group store.
         let committer = GroupCommitter::start_with_space(
@@ -114,18 +128,18 @@ impl Broker {
             },
             sluice_log::DataDirSpace::for_dir(&config.data_dir),
         );
-        let topics = TopicRegistry::open(&config, &committer, &clock)?;
-        let producer_ids = producers::ProducerIds::open(&config.data_dir).map_err(|source| {
-            OpenError::ProducerIds {
+        let topics = TopicRegistry::open(&config, &committer, &clock, backend)?;
+        let producer_ids = producers::ProducerIds::open(&config.data_dir, journal.clone())
+            .map_err(|source| OpenError::ProducerIds {
                 path: config.data_dir.clone(),
                 source,
-            }
-        })?;
+            })?;
         let groups = groups::Coordinator::open(
             &config.data_dir,
             &committer,
             config.groups.clone(),
             Arc::clone(&clock),
+            journal.clone(),
         )?;
         Ok(Broker {
             topics,
@@ -137,7 +151,20 @@ impl Broker {
             memory: memory::MemoryBudget::new(config.memory_limit),
             produce_refusals_log: log_limiter::LogLimiter::new(REPEATED_LOG_INTERVAL),
             config,
+            journal,
         })
+    }
+
+    /// The backend's journal of metadata file changes (`None` in local mode).
+    pub fn journal(&self) -> sluice_storage::Journal {
+        self.journal.clone()
+    }
+
+    /// Resolves once every metadata change made so far is durable (at once in local mode,
+    /// where each is fsynced as it is made). Await it before answering a change's success.
+    pub fn sync_metadata(&self) -> BoxFuture<'static, Result<(), storage::StorageError>> {
+        let durable = self.journal.as_ref().map(|j| j.durable());
+        durable.unwrap_or_else(|| futures::future::ready(Ok(())).boxed())
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -212,35 +239,23 @@ impl Broker {
             RequestKind::Metadata(req) => ready(ResponseKind::Metadata(
                 handlers::metadata::handle(self, req, version),
             )),
-            RequestKind::CreateTopics(req) => ready(ResponseKind::CreateTopics(
-                handlers::create_topics::handle(self, req, version),
-            )),
-            RequestKind::DeleteTopics(req) => ready(ResponseKind::DeleteTopics(
-                handlers::delete_topics::handle(self, req, version),
-            )),
+            RequestKind::CreateTopics(req) => handlers::create_topics::handle(self, req, version),
+            RequestKind::DeleteTopics(req) => handlers::delete_topics::handle(self, req, version),
             RequestKind::DescribeConfigs(req) => ready(ResponseKind::DescribeConfigs(
                 handlers::configs::describe(self, req, version),
             )),
-            RequestKind::AlterConfigs(req) => ready(ResponseKind::AlterConfigs(
-                handlers::configs::alter(self, req),
-            )),
+            RequestKind::AlterConfigs(req) => handlers::configs::alter(self, req),
             RequestKind::IncrementalAlterConfigs(req) => {
-                ready(ResponseKind::IncrementalAlterConfigs(
-                    handlers::configs::incremental_alter(self, req),
-                ))
+                handlers::configs::incremental_alter(self, req)
             }
-            RequestKind::CreatePartitions(req) => ready(ResponseKind::CreatePartitions(
-                handlers::cluster::create_partitions(self, req),
-            )),
+            RequestKind::CreatePartitions(req) => handlers::cluster::create_partitions(self, req),
             RequestKind::DescribeCluster(req) => ready(ResponseKind::DescribeCluster(
                 handlers::cluster::describe_cluster(self, req),
             )),
             RequestKind::ListOffsets(req) => ready(ResponseKind::ListOffsets(
                 handlers::list_offsets::handle(self, req, version),
             )),
-            RequestKind::InitProducerId(req) => ready(ResponseKind::InitProducerId(
-                handlers::init_producer_id::handle(self, req),
-            )),
+            RequestKind::InitProducerId(req) => handlers::init_producer_id::handle(self, req),
             RequestKind::FindCoordinator(req) => ready(ResponseKind::FindCoordinator(
                 handlers::groups::find_coordinator(self, req, version),
             )),

@@ -15,7 +15,8 @@
 //!
 //! State survives restarts: a clean shutdown writes a snapshot per partition
 //! (`producers.json`, with the log end offset it covers); opening loads it and replays the
-//! batches appended after it, or the whole log when there is no usable snapshot.
+//! batches appended after it, or the whole log when there is no usable snapshot; or, with
+//! another backend (the object store), replays its producer history (`from_history`).
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
@@ -25,6 +26,7 @@ use std::sync::Mutex;
 
 use sluice_log::batch::BatchView;
 use sluice_log::{DataDirSpace, PartitionLog, is_no_space};
+use sluice_storage::{FileChange, Journal, ProducerBatch};
 
 /// Batches remembered per producer and partition: Kafka clients keep at most 5 requests in
 /// flight per connection with idempotence, so a retry is always one of the last 5.
@@ -43,10 +45,12 @@ pub struct ProducerIds {
     state: Mutex<(i64, i64)>,
     /// The data directory's (shared by path with the committer's): told of a full disk.
     space: DataDirSpace,
+    /// Where each reservation is also recorded (`producer-ids`), if anywhere.
+    journal: Journal,
 }
 
 impl ProducerIds {
-    pub fn open(data_dir: &Path) -> std::io::Result<ProducerIds> {
+    pub fn open(data_dir: &Path, journal: Journal) -> std::io::Result<ProducerIds> {
         let path = data_dir.join("producer-ids");
         let reserved = match fs::read_to_string(&path) {
             Ok(text) => text.trim().parse::<i64>().map_err(|e| {
@@ -63,25 +67,43 @@ impl ProducerIds {
             path,
             state: Mutex::new((reserved, reserved)),
             space: DataDirSpace::for_dir(data_dir),
+            journal,
         })
     }
 
-    pub fn allocate(&self) -> Result<i64, ProducerError> {
+    /// A new producer id, and whether a new block of ids was reserved for it: then, with a
+    /// journal, the id may be handed out only once the journal's `durable()` has succeeded
+    /// (else call [`ProducerIds::forget_reservation`]).
+    pub fn allocate(&self) -> Result<(i64, bool), ProducerError> {
         let mut state = self.state.lock().expect("producer ids lock");
-        if state.0 == state.1 {
-            let reserved = state.1 + ID_BLOCK;
-            write_atomically(&self.path, reserved.to_string().as_bytes()).map_err(|e| {
+        let reserving = state.0 == state.1;
+        if reserving {
+            let reserved = state.0 + ID_BLOCK;
+            let contents = reserved.to_string().into_bytes();
+            write_atomically(&self.path, &contents).map_err(|e| {
                 if is_no_space(&e) {
                     self.space.no_space("write", &self.path, &e);
                 }
                 ProducerError::IdAllocation(e)
             })?;
             self.space.wrote();
+            let change = FileChange::Write {
+                path: "producer-ids".into(),
+                contents,
+            };
+            let recorded = self.journal.as_ref().map_or(Ok(()), |j| j.record(change));
+            recorded.map_err(|e| ProducerError::IdAllocation(std::io::Error::other(e)))?;
             state.1 = reserved;
         }
         let id = state.0;
         state.0 += 1;
-        Ok(id)
+        Ok((id, reserving))
+    }
+
+    /// The last reservation was not made durable: the next id reserves a new block.
+    pub fn forget_reservation(&self) {
+        let mut state = self.state.lock().expect("producer ids lock");
+        state.1 = state.0;
     }
 }
 
@@ -251,6 +273,16 @@ impl PartitionProducers {
         entry.last_offset = base_offset;
     }
 
+    /// The state that recording `history` (oldest first) gives.
+    pub fn from_history(history: Vec<ProducerBatch>) -> PartitionProducers {
+        let mut state = PartitionProducers::default();
+        for b in history {
+            let (id, epoch, first, last) = (b.producer_id, b.epoch, b.first_seq, b.last_seq);
+            state.record(id, epoch, first, last, b.base_offset);
+        }
+        state
+    }
+
     /// Remembers every idempotent batch in `records` (whole batches with assigned offsets).
     fn replay(&mut self, mut records: &[u8]) -> i64 {
         let mut next = -1;
@@ -380,6 +412,54 @@ mod tests {
         ));
     }
 
+    /// A backend's history rebuilds what `record` would have: the last RECENT_BATCHES batches
+    /// per producer are duplicates with their offsets, and a newer epoch fences older ones.
+    #[test]
+    fn history_rebuilds_duplicate_detection() {
+        let batch = |epoch, first_seq: i32, last_seq: i32, base_offset| ProducerBatch {
+            producer_id: 7,
+            epoch,
+            first_seq,
+            last_seq,
+            base_offset,
+            last_offset: base_offset + i64::from(last_seq - first_seq),
+        };
+        let history: Vec<_> = (0..7)
+            .map(|i| batch(0, i * 2, i * 2 + 1, 100 + i64::from(i) * 2))
+            .collect();
+        let s = PartitionProducers::from_history(history.clone());
+        assert!(matches!(
+            s.check(7, 0, 12, 13),
+            Verdict::Duplicate { base_offset: 112 }
+        ));
+        assert!(matches!(
+            s.check(7, 0, 4, 5),
+            Verdict::Duplicate { base_offset: 104 }
+        ));
+        assert!(matches!(
+            s.check(7, 0, 2, 3),
+            Verdict::Refuse(ProducerError::OutOfOrder { expected: 14, .. })
+        ));
+        assert!(matches!(s.check(7, 0, 14, 14), Verdict::Append));
+        assert!(matches!(s.check(8, 0, 0, 0), Verdict::Append));
+        let mut history = history;
+        history.push(batch(1, 0, 0, 120));
+        let s = PartitionProducers::from_history(history);
+        assert!(matches!(
+            s.check(7, 0, 14, 14),
+            Verdict::Refuse(ProducerError::Fenced { current: 1, .. })
+        ));
+        assert!(matches!(
+            s.check(7, 1, 0, 0),
+            Verdict::Duplicate { base_offset: 120 }
+        ));
+        assert!(
+            PartitionProducers::from_history(Vec::new())
+                .producers
+                .is_empty()
+        );
+    }
+
     #[test]
     fn sequences_wrap() {
         assert_eq!(last_seq(i32::MAX, 1), i32::MAX);
@@ -390,13 +470,13 @@ mod tests {
     #[test]
     fn ids_are_never_reused_across_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let ids = ProducerIds::open(dir.path()).unwrap();
-        let a = ids.allocate().unwrap();
-        let b = ids.allocate().unwrap();
+        let ids = ProducerIds::open(dir.path(), None).unwrap();
+        let a = ids.allocate().unwrap().0;
+        let b = ids.allocate().unwrap().0;
         assert!(b > a);
         drop(ids);
-        let ids = ProducerIds::open(dir.path()).unwrap();
-        assert!(ids.allocate().unwrap() > b);
+        let ids = ProducerIds::open(dir.path(), None).unwrap();
+        assert!(ids.allocate().unwrap().0 > b);
     }
 
     /// A reservation that finds the disk full marks the data directory full (what /healthz,
@@ -406,7 +486,7 @@ mod tests {
     fn a_reservation_on_a_full_disk_marks_the_directory_full() {
         let dir = tempfile::tempdir().unwrap();
         let space = DataDirSpace::for_dir(dir.path());
-        let ids = ProducerIds::open(dir.path()).unwrap();
+        let ids = ProducerIds::open(dir.path(), None).unwrap();
         // Every write to /dev/full fails with ENOSPC.
         let tmp = dir.path().join("producer-ids.tmp");
         std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
@@ -420,7 +500,7 @@ mod tests {
         assert!(space.status().reason.unwrap().contains("producer-ids"));
 
         fs::remove_file(&tmp).unwrap();
-        assert_eq!(ids.allocate().unwrap(), 0);
+        assert_eq!(ids.allocate().unwrap(), (0, true));
         assert!(!space.is_full());
     }
 }

@@ -18,6 +18,10 @@
 //! ([`LogError::NoSpace`] inside [`TopicError::Log`]) and its staging directory is removed: no
 //! half-made topic is ever visible, before or after a restart. New partitions are likewise made
 //! before `topic.json` counts them.
+//!
+//! With a [`PartitionOpener`] (the object store), partitions are the backend's; each change of
+//! `topic.json` (and a topic's removal), once on local disk, is recorded in the backend's
+//! `MetaJournal`. Callers await `Broker::sync_metadata` before they answer.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -31,6 +35,7 @@ use uuid::Uuid;
 use crate::config::{BrokerConfig, TopicConfig};
 use crate::producers::PartitionProducers;
 use crate::storage::PartitionStorage;
+use sluice_storage::{FileChange, PartitionOpener};
 
 /// Longest topic name Kafka allows.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
@@ -127,14 +132,14 @@ struct TopicFile {
     configs: TopicConfig,
 }
 
-/// One topic: its partitions' logs and its configs.
+/// One topic: its partitions' storage and its configs.
 #[derive(Debug)]
 pub struct Topic {
     pub name: String,
     pub id: Uuid,
     dir: PathBuf,
-    /// The local logs; handed out as [`PartitionStorage`] (see `crate::storage`).
-    partitions: RwLock<Vec<Arc<PartitionLog>>>,
+    /// Local logs or another backend's partitions (see `crate::storage`).
+    partitions: RwLock<Vec<Arc<dyn PartitionStorage>>>,
     /// Idempotent-producer state, one per partition (same indexes as `partitions`).
     producers: RwLock<Vec<Arc<Mutex<PartitionProducers>>>>,
     config: RwLock<TopicConfig>,
@@ -144,10 +149,8 @@ impl Topic {
     /// The storage of `partition`, if it exists.
     pub fn partition(&self, partition: i32) -> Option<Arc<dyn PartitionStorage>> {
         let partitions = self.partitions.read().expect("partitions lock");
-        let log = usize::try_from(partition)
-            .ok()
-            .and_then(|p| partitions.get(p))?;
-        Some(Arc::clone(log) as Arc<dyn PartitionStorage>)
+        let p = usize::try_from(partition).ok()?;
+        partitions.get(p).cloned()
     }
 
     /// The idempotent-producer state of `partition`. Hold its lock across the sequence check
@@ -165,12 +168,6 @@ impl Topic {
 
     /// The storage of every partition, by partition number.
     pub fn partitions(&self) -> Vec<Arc<dyn PartitionStorage>> {
-        let logs = self.logs().into_iter();
-        logs.map(|log| log as Arc<dyn PartitionStorage>).collect()
-    }
-
-    /// The local logs themselves, for what only they have (configs, close, producer state).
-    fn logs(&self) -> Vec<Arc<PartitionLog>> {
         self.partitions.read().expect("partitions lock").clone()
     }
 
@@ -186,6 +183,8 @@ pub struct TopicRegistry {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serialises creates, deletes and config changes (rare), so they never race on disk.
     admin: Mutex<()>,
+    /// Opens partitions and journals metadata changes (`None`: local logs, no journal).
+    backend: Option<Arc<dyn PartitionOpener>>,
 }
 
 /// Checks a topic name the way Kafka does: 1–249 bytes of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -215,11 +214,13 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 }
 
 impl TopicRegistry {
-    /// Opens every topic under `<data_dir>/topics`, recovering each partition log.
+    /// Opens every topic under `<data_dir>/topics`, recovering each partition log (or opening
+    /// its partitions in `backend`, when there is one).
     pub fn open(
         config: &BrokerConfig,
         committer: &GroupCommitter,
         clock: &Arc<dyn Clock>,
+        backend: Option<Arc<dyn PartitionOpener>>,
     ) -> Result<TopicRegistry, TopicError> {
         let root = config.data_dir.join("topics");
         fs::create_dir_all(&root).map_err(io("create", &root))?;
@@ -244,7 +245,8 @@ impl TopicRegistry {
                     path: meta_path.clone(),
                     detail: e.to_string(),
                 })?;
-            let topic = open_topic(&name, &path, meta, config, committer, clock)?;
+            let open = (config, committer, clock, backend.as_ref());
+            let topic = open_topic(&name, &path, meta, open)?;
             topics.insert(name, Arc::new(topic));
         }
         sync_dir(&root)?;
@@ -252,7 +254,24 @@ impl TopicRegistry {
             root,
             topics: RwLock::new(topics),
             admin: Mutex::new(()),
+            backend,
         })
+    }
+
+    /// Records in the journal (if any) that topic `name` has a `topic.json` of `contents`
+    /// (`None`: the topic is removed), once that is so on local disk. Paths are relative to
+    /// the data directory (`topics/<name>` is the topic's directory).
+    fn journal(&self, name: &str, contents: Option<Vec<u8>>) -> Result<(), LogError> {
+        let change = match contents {
+            Some(contents) => FileChange::Write {
+                path: format!("topics/{name}/{TOPIC_FILE}"),
+                contents,
+            },
+            None => FileChange::Remove {
+                path: format!("topics/{name}"),
+            },
+        };
+        (self.backend.as_ref()).map_or(Ok(()), |b| b.journal().record(change))
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
@@ -315,11 +334,11 @@ impl TopicRegistry {
             fs::create_dir(&staging)
                 .map_err(io("create", &staging))
                 .inspect_err(noted)?;
-            write_meta(&staging, &meta).inspect_err(noted)?;
+            let bytes = write_meta(&staging, &meta).inspect_err(noted)?;
             // Every file the topic needs, made here: running out of space now leaves only the
             // staging directory. The logs are dropped unopened-for-use and reopened after the
-            // rename (an empty log's recovery writes nothing).
-            for p in 0..partitions {
+            // rename (an empty log's recovery writes nothing). A backend makes its own.
+            for p in (0..partitions).filter(|_| self.backend.is_none()) {
                 PartitionLog::open(
                     staging.join(p.to_string()),
                     log_config,
@@ -327,13 +346,13 @@ impl TopicRegistry {
                     Arc::clone(clock),
                 )?;
             }
-            sync_dir(&staging).inspect_err(noted)
+            sync_dir(&staging).inspect_err(noted).map(|()| bytes)
         })();
-        if let Err(e) = staged {
+        if let Err(e) = &staged {
             remove_leftover(&staging);
             tracing::warn!(topic = name, error = %e, "could not create topic");
-            return Err(e);
         }
+        let contents = staged?;
         let dir = self.root.join(name);
         if let Err(e) = fs::rename(&staging, &dir) {
             let e = io("rename", &staging)(e);
@@ -341,8 +360,10 @@ impl TopicRegistry {
             remove_leftover(&staging);
             return Err(e);
         }
+        let open = (broker, committer, clock, self.backend.as_ref());
         let opened = sync_dir(&self.root)
-            .and_then(|()| open_topic(name, &dir, meta.clone(), broker, committer, clock));
+            .and_then(|()| open_topic(name, &dir, meta.clone(), open))
+            .and_then(|topic| Ok(self.journal(name, Some(contents)).map(|()| topic)?));
         let topic = match opened {
             Ok(topic) => Arc::new(topic),
             Err(e) => {
@@ -378,12 +399,18 @@ impl TopicRegistry {
             .expect("topics lock")
             .remove(name)
             .ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
-        for log in topic.logs() {
-            log.mark_deleted();
+        for partition in topic.partitions() {
+            match partition.as_local() {
+                Some(log) => log.mark_deleted(),
+                None => partition.delete().unwrap_or_else(
+                    |e| tracing::error!(topic = name, error = %e, "deleting a partition's data"),
+                ),
+            }
         }
         let doomed = self.root.join(format!(".deleted-{}", topic.id));
         fs::rename(&topic.dir, &doomed).map_err(io("rename", &topic.dir))?;
         sync_dir(&self.root)?;
+        self.journal(name, None)?;
         fs::remove_dir_all(&doomed).map_err(io("remove", &doomed))?;
         tracing::info!(topic = name, "deleted topic");
         Ok(())
@@ -403,10 +430,12 @@ impl TopicRegistry {
             partitions: topic.partition_count(),
             configs: configs.clone(),
         };
-        write_meta(&topic.dir, &meta)?;
+        self.journal(&topic.name, Some(write_meta(&topic.dir, &meta)?))?;
+        // (A backend's partitions take a new retention when they are next opened.)
         let log_config = configs.log_config(&broker.log);
-        for log in topic.logs() {
-            log.set_config(log_config)?;
+        for log in topic.partitions() {
+            log.as_local()
+                .map_or(Ok(()), |log| log.set_config(log_config))?;
         }
         *topic.config.write().expect("config lock") = configs;
         Ok(())
@@ -447,14 +476,10 @@ impl TopicRegistry {
         // counts, which the next attempt simply reopens. Nothing half-made is ever served.
         let mut logs = Vec::with_capacity((count - current) as usize);
         for p in current..count {
-            logs.push(Arc::new(PartitionLog::open(
-                topic.dir.join(p.to_string()),
-                log_config,
-                committer,
-                Arc::clone(clock),
-            )?));
+            let open = (broker, committer, clock, self.backend.as_ref());
+            logs.push(open_partition(&topic.dir, topic.id, p, log_config, open)?);
         }
-        write_meta(
+        let contents = write_meta(
             &topic.dir,
             &TopicFile {
                 id: topic.id,
@@ -463,11 +488,12 @@ impl TopicRegistry {
             },
         )
         .inspect_err(|e| note_no_space(committer, e))?;
+        self.journal(&topic.name, Some(contents))?;
         let mut partitions = topic.partitions.write().expect("partitions lock");
         let mut producers = topic.producers.write().expect("producers lock");
-        for log in logs {
-            partitions.push(log);
-            producers.push(Arc::new(Mutex::new(PartitionProducers::default())));
+        for (partition, state) in logs {
+            partitions.push(partition);
+            producers.push(Arc::new(Mutex::new(state)));
         }
         tracing::info!(topic = %topic.name, from = current, to = count, "added partitions");
         Ok(())
@@ -477,7 +503,10 @@ impl TopicRegistry {
     /// its producer state.
     pub fn close_all(&self) {
         for topic in self.all() {
-            for (p, log) in topic.logs().iter().enumerate() {
+            for (p, storage) in topic.partitions().iter().enumerate() {
+                let Some(log) = storage.as_local() else {
+                    continue;
+                };
                 if let Err(e) = log.close() {
                     tracing::error!(topic = %topic.name, partition = p, error = %e, "closing partition log");
                     continue;
@@ -492,26 +521,47 @@ impl TopicRegistry {
     }
 }
 
+/// What opening a partition needs: a local log's settings, or the backend that opens it.
+type Opening<'a> = (
+    &'a BrokerConfig,
+    &'a GroupCommitter,
+    &'a Arc<dyn Clock>,
+    Option<&'a Arc<dyn PartitionOpener>>,
+);
+
+/// Opens partition `p` of a topic and loads its producer state: from the local log under
+/// `dir`, or from the backend's producer history.
+fn open_partition(
+    dir: &Path,
+    id: Uuid,
+    p: i32,
+    log_config: sluice_log::LogConfig,
+    (_, committer, clock, backend): Opening<'_>,
+) -> Result<(Arc<dyn PartitionStorage>, PartitionProducers), TopicError> {
+    if let Some(backend) = backend {
+        let storage = backend.open_partition(*id.as_bytes(), p, log_config)?;
+        let history = storage.producer_history().unwrap_or_default();
+        return Ok((storage, PartitionProducers::from_history(history)));
+    }
+    let (path, clock) = (dir.join(p.to_string()), Arc::clone(clock));
+    let log = PartitionLog::open(path, log_config, committer, clock)?;
+    let state = PartitionProducers::load(&log);
+    Ok((Arc::new(log), state))
+}
+
 fn open_topic(
     name: &str,
     dir: &Path,
     meta: TopicFile,
-    broker: &BrokerConfig,
-    committer: &GroupCommitter,
-    clock: &Arc<dyn Clock>,
+    open: Opening<'_>,
 ) -> Result<Topic, TopicError> {
-    let log_config = meta.configs.log_config(&broker.log);
+    let log_config = meta.configs.log_config(&open.0.log);
     let mut partitions = Vec::with_capacity(meta.partitions.max(0) as usize);
     let mut producers = Vec::with_capacity(partitions.capacity());
     for p in 0..meta.partitions {
-        let log = PartitionLog::open(
-            dir.join(p.to_string()),
-            log_config,
-            committer,
-            Arc::clone(clock),
-        )?;
-        producers.push(Arc::new(Mutex::new(PartitionProducers::load(&log))));
-        partitions.push(Arc::new(log));
+        let (partition, state) = open_partition(dir, meta.id, p, log_config, open)?;
+        producers.push(Arc::new(Mutex::new(state)));
+        partitions.push(partition);
     }
     Ok(Topic {
         name: name.to_owned(),
@@ -523,8 +573,9 @@ fn open_topic(
     })
 }
 
-/// Writes `topic.json` atomically: temporary file, fsync, rename, fsync directory.
-fn write_meta(dir: &Path, meta: &TopicFile) -> Result<(), TopicError> {
+/// Writes `topic.json` atomically: temporary file, fsync, rename, fsync directory. Returns
+/// the contents written.
+fn write_meta(dir: &Path, meta: &TopicFile) -> Result<Vec<u8>, TopicError> {
     let tmp = dir.join(format!("{TOPIC_FILE}.tmp"));
     let path = dir.join(TOPIC_FILE);
     let bytes = serde_json::to_vec_pretty(meta).expect("topic metadata serialises");
@@ -539,7 +590,7 @@ fn write_meta(dir: &Path, meta: &TopicFile) -> Result<(), TopicError> {
         return Err(e);
     }
     fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
-    sync_dir(dir)
+    sync_dir(dir).map(|()| bytes)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), TopicError> {

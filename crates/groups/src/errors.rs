@@ -216,9 +216,10 @@ pub fn error_code(error: Option<&GroupError>) -> i16 {
 /// the broker has restarted (a failed store, [`StoreError::Failed`]).
 fn store_error_code(e: &StoreError) -> i16 {
     match e {
-        StoreError::NoSpace(_) | StoreError::Failed(_) | StoreError::Io { .. } => {
-            ResponseError::NotCoordinator.code()
-        }
+        StoreError::NoSpace(_)
+        | StoreError::Failed(_)
+        | StoreError::NotDurable(_)
+        | StoreError::Io { .. } => ResponseError::NotCoordinator.code(),
     }
 }
 

@@ -297,13 +297,16 @@ pub struct Coordinator {
 impl Coordinator {
     /// Opens the group store under `data_dir`, synced by `committer` (the one the partition
     /// logs of that directory use), and restores every group from it.
+    /// With `journal` (object-storage mode), each store round is also made durable there
+    /// before its writes are acknowledged (see `store`).
     pub fn open(
         data_dir: &Path,
         committer: &GroupCommitter,
         config: GroupConfig,
         clock: Arc<dyn Clock>,
+        journal: sluice_storage::Journal,
     ) -> Result<Coordinator, StoreError> {
-        let (store, recovered) = GroupStore::open_with_committer(data_dir, committer)?;
+        let (store, recovered) = GroupStore::open_with_committer(data_dir, committer, journal)?;
         let now = clock.now_ms();
         let mut groups = HashMap::new();
         for (id, value) in recovered.groups {
@@ -1145,6 +1148,7 @@ mod refused_writes {
             &committer,
             GroupConfig::default(),
             Arc::new(SystemClock),
+            None,
         )
         .unwrap();
         let commit = |n| c.commit("g", "", None, -1, vec![("t".to_owned(), 0, offset(n))]);

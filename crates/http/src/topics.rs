@@ -13,6 +13,8 @@
 //! directories, so they run on the blocking pool, never on a request's async task. Config values
 //! are checked by [`TopicConfig::set`], the same function CreateTopics and
 //! IncrementalAlterConfigs use, so both paths accept exactly the same values.
+//! In object-storage mode both answer only once the change is durable in the bucket
+//! (`Broker::sync_metadata`); if it cannot be made so, 503 with the reason (retry).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -125,6 +127,7 @@ pub async fn create(
             .await
             .map_err(|e| ApiError::internal(format!("creating the topic failed: {e}")))?
             .map_err(topic_error)?;
+    synced(&state.broker).await?;
     let description = describe_topic(&state.broker, &topic);
     Ok((StatusCode::CREATED, Json(description)).into_response())
 }
@@ -157,7 +160,19 @@ pub async fn delete(
         .await
         .map_err(|e| ApiError::internal(format!("deleting the topic failed: {e}")))?
         .map_err(topic_error)?;
+    synced(&state.broker).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Waits until the metadata change just made is durable (at once in local mode); if it
+/// cannot be made so, a 503 (retry) that says why.
+async fn synced(broker: &Broker) -> Result<(), ApiError> {
+    broker.sync_metadata().await.map_err(|e| {
+        tracing::error!(error = %e, "topic admin over HTTP: metadata not durable");
+        ApiError::unavailable(format!(
+            "the change is made on this broker but could not be made durable in storage: {e}"
+        ))
+    })
 }
 
 /// The `{topic}` path segment, checked against Kafka's topic name rules.

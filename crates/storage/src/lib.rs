@@ -97,6 +97,12 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The local log itself, for what only it has (configs, close, its producer snapshot);
+    /// `None` for any other backend.
+    fn as_local(&self) -> Option<&PartitionLog> {
+        None
+    }
+
     /// The offset `spec` names (with its timestamp, -1 where none applies); `None` where
     /// there is none.
     fn offset_for(&self, spec: OffsetSpec) -> Result<Option<(i64, i64)>, StorageError> {
@@ -279,6 +285,10 @@ impl PartitionStorage for PartitionLog {
 
     fn delete(&self) -> Result<(), StorageError> {
         PartitionLog::delete(self)
+    }
+
+    fn as_local(&self) -> Option<&PartitionLog> {
+        Some(self)
     }
 }
 

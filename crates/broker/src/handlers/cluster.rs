@@ -4,10 +4,10 @@ use sluice_protocol::kafka_protocol::messages::create_partitions_response::Creat
 use sluice_protocol::kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use sluice_protocol::kafka_protocol::messages::{
     BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, DescribeClusterRequest,
-    DescribeClusterResponse,
+    DescribeClusterResponse, ResponseKind,
 };
 
-use super::{AdminError, str_bytes};
+use super::{AdminError, Answer, after_sync, str_bytes};
 use crate::{Broker, errors};
 
 pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
@@ -23,10 +23,7 @@ pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> Descri
         ])
 }
 
-pub fn create_partitions(
-    broker: &Broker,
-    req: CreatePartitionsRequest,
-) -> CreatePartitionsResponse {
+pub fn create_partitions(broker: &Broker, req: CreatePartitionsRequest) -> Answer {
     let results = req
         .topics
         .into_iter()
@@ -57,5 +54,6 @@ pub fn create_partitions(
             }
         })
         .collect();
-    CreatePartitionsResponse::default().with_results(results)
+    let response = CreatePartitionsResponse::default().with_results(results);
+    after_sync(broker, response, ResponseKind::CreatePartitions)
 }

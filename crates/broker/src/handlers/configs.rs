@@ -6,12 +6,12 @@ use sluice_protocol::kafka_protocol::messages::describe_configs_response::{
 };
 use sluice_protocol::kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, alter_configs_response,
-    incremental_alter_configs_response,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ResponseKind,
+    alter_configs_response, incremental_alter_configs_response,
 };
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
-use super::{AdminError, str_bytes};
+use super::{AdminError, Answer, after_sync, str_bytes};
 use crate::{Broker, TopicConfig, errors};
 
 /// Config resource types.
@@ -161,10 +161,7 @@ fn alter_topic(
         .set_config(&topic, configs, broker.config())?)
 }
 
-pub fn incremental_alter(
-    broker: &Broker,
-    req: IncrementalAlterConfigsRequest,
-) -> IncrementalAlterConfigsResponse {
+pub fn incremental_alter(broker: &Broker, req: IncrementalAlterConfigsRequest) -> Answer {
     let responses = req
         .resources
         .into_iter()
@@ -203,10 +200,11 @@ pub fn incremental_alter(
             }
         })
         .collect();
-    IncrementalAlterConfigsResponse::default().with_responses(responses)
+    let response = IncrementalAlterConfigsResponse::default().with_responses(responses);
+    after_sync(broker, response, ResponseKind::IncrementalAlterConfigs)
 }
 
-pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
+pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> Answer {
     let responses = req
         .resources
         .into_iter()
@@ -235,5 +233,6 @@ pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse 
             }
         })
         .collect();
-    AlterConfigsResponse::default().with_responses(responses)
+    let response = AlterConfigsResponse::default().with_responses(responses);
+    after_sync(broker, response, ResponseKind::AlterConfigs)
 }

@@ -3,12 +3,14 @@
 use sluice_protocol::kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
-use sluice_protocol::kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+use sluice_protocol::kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, ResponseKind,
+};
 
-use super::{AdminError, str_bytes};
+use super::{AdminError, Answer, after_sync, str_bytes};
 use crate::{Broker, TopicConfig, errors};
 
-pub fn handle(broker: &Broker, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+pub fn handle(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Answer {
     let cfg = broker.config();
     let results = req
         .topics
@@ -85,5 +87,6 @@ pub fn handle(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Create
             }
         })
         .collect();
-    CreateTopicsResponse::default().with_topics(results)
+    let response = CreateTopicsResponse::default().with_topics(results);
+    after_sync(broker, response, ResponseKind::CreateTopics)
 }

@@ -1,12 +1,14 @@
 //! DeleteTopics (by name, or by id from v6).
 
 use sluice_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
-use sluice_protocol::kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+use sluice_protocol::kafka_protocol::messages::{
+    DeleteTopicsRequest, DeleteTopicsResponse, ResponseKind,
+};
 
-use super::{AdminError, str_bytes, topic_name};
+use super::{AdminError, Answer, after_sync, str_bytes, topic_name};
 use crate::{Broker, errors};
 
-pub fn handle(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+pub fn handle(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> Answer {
     // v0-5 list names; v6+ list (name or id) states.
     let targets: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
         req.topics
@@ -50,5 +52,6 @@ pub fn handle(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> Delete
             }
         })
         .collect();
-    DeleteTopicsResponse::default().with_responses(responses)
+    let response = DeleteTopicsResponse::default().with_responses(responses);
+    after_sync(broker, response, ResponseKind::DeleteTopics)
 }

@@ -1,39 +1,50 @@
 //! InitProducerId for idempotent producers (transactions are not supported).
 
+use futures::FutureExt;
+use futures::future::OptionFuture;
 use sluice_protocol::kafka_protocol::messages::{
-    InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind,
 };
 
+use std::sync::Arc;
+
+use super::Answer;
 use crate::producers::ProducerError;
 use crate::{Broker, errors};
 
-pub fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
+/// Answers once a newly reserved block of ids is durable (at once in local mode, where the
+/// reservation is fsynced before `allocate` returns).
+pub fn handle(broker: &Arc<Broker>, req: InitProducerIdRequest) -> Answer {
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     // Idempotent producers send a null transactional id; treat an empty one the same.
-    if req
-        .transactional_id
-        .as_ref()
-        .is_some_and(|id| !id.0.is_empty())
-    {
-        let e = ProducerError::Transactional;
-        tracing::info!(error = %e, "InitProducerId refused");
-        return response.with_error_code(errors::producer_error_code(&e));
-    }
-    // A producer that already has an id asks for an epoch bump (KIP-360): same id, epoch + 1.
-    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX {
-        return response
-            .with_producer_id(req.producer_id)
-            .with_producer_epoch(req.producer_epoch + 1);
-    }
-    match broker.producer_ids().allocate() {
-        Ok(id) => response
-            .with_producer_id(ProducerId(id))
-            .with_producer_epoch(0),
-        Err(e) => {
-            tracing::error!(error = %e, "allocating a producer id");
-            response.with_error_code(errors::producer_error_code(&e))
+    let transactional = req.transactional_id.as_ref();
+    let mut allocated = if transactional.is_some_and(|id| !id.0.is_empty()) {
+        Err(ProducerError::Transactional)
+    } else if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX {
+        // A producer that already has an id asks for an epoch bump (KIP-360): same id, epoch + 1.
+        Ok((req.producer_id.0, req.producer_epoch + 1, false))
+    } else {
+        let allocated = broker.producer_ids().allocate();
+        allocated.map(|(id, reserved)| (id, 0, reserved))
+    };
+    let sync = matches!(allocated, Ok((.., true))).then(|| broker.sync_metadata());
+    let broker = Arc::clone(broker);
+    async move {
+        if let Some(Err(e)) = OptionFuture::from(sync).await {
+            broker.producer_ids().forget_reservation();
+            allocated = Err(ProducerError::IdAllocation(std::io::Error::other(e)));
         }
+        Some(ResponseKind::InitProducerId(match allocated {
+            Ok((id, epoch, _)) => response
+                .with_producer_id(ProducerId(id))
+                .with_producer_epoch(epoch),
+            Err(e) => {
+                tracing::warn!(error = %e, "InitProducerId refused");
+                response.with_error_code(errors::producer_error_code(&e))
+            }
+        }))
     }
+    .boxed()
 }

@@ -14,11 +14,13 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 
-use sluice_protocol::kafka_protocol::messages::TopicName;
+use futures::{FutureExt, future::BoxFuture};
+use sluice_protocol::kafka_protocol::messages::{ResponseKind, TopicName};
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
 use crate::config::ConfigError;
 use crate::topics::TopicError;
+use crate::{Broker, errors};
 
 /// Why an admin request (topics, partitions, configs) was refused for one resource;
 /// `errors::admin_error_code` gives its Kafka code and `Display` its error message.
@@ -44,6 +46,52 @@ pub enum AdminError {
     AlterNonTopic,
     #[error(transparent)]
     Topic(#[from] TopicError),
+    #[error("the change is made on this broker but could not be made durable in storage: {0}")]
+    NotDurable(#[source] crate::storage::StorageError),
+}
+
+/// A metadata-changing response: the error code and message of each of its results.
+pub(crate) trait Outcomes {
+    fn outcomes(&mut self) -> Vec<(&mut i16, &mut Option<StrBytes>)>;
+}
+
+macro_rules! outcomes {
+    ($($response:ty => $results:ident),*) => {$(impl Outcomes for $response {
+        fn outcomes(&mut self) -> Vec<(&mut i16, &mut Option<StrBytes>)> {
+            self.$results.iter_mut().map(|r| (&mut r.error_code, &mut r.error_message)).collect()
+        }
+    })*};
+}
+
+use sluice_protocol::kafka_protocol::messages as m;
+outcomes!(m::CreateTopicsResponse => topics, m::DeleteTopicsResponse => responses,
+    m::AlterConfigsResponse => responses, m::IncrementalAlterConfigsResponse => responses,
+    m::CreatePartitionsResponse => results);
+
+/// The future of a response.
+pub(crate) type Answer = BoxFuture<'static, Option<ResponseKind>>;
+
+/// Answers `response` of a request that changed metadata once the change is durable
+/// (`Broker::sync_metadata`); if it cannot be made so, each of its successes becomes
+/// [`AdminError::NotDurable`] (KAFKA_STORAGE_ERROR, retriable).
+pub(crate) fn after_sync<R>(broker: &Broker, mut response: R, kind: fn(R) -> ResponseKind) -> Answer
+where
+    R: Outcomes + Send + 'static,
+{
+    let sync = broker.sync_metadata();
+    async move {
+        if let Err(e) = sync.await.map_err(AdminError::NotDurable) {
+            tracing::error!(error = %e, "metadata change");
+            for (code, message) in response.outcomes() {
+                if *code == errors::NONE {
+                    (*code, *message) =
+                        (errors::admin_error_code(&e), Some(str_bytes(e.to_string())));
+                }
+            }
+        }
+        Some(kind(response))
+    }
+    .boxed()
 }
 
 /// Why a read request (Fetch, ListOffsets) was refused for one partition before storage was

@@ -20,7 +20,9 @@ use sluice_protocol::kafka_protocol::messages::produce_response::{
 use sluice_protocol::kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
-use crate::producers::{self, ProducerError, Verdict};
+use std::sync::Arc;
+
+use crate::producers::{self, PartitionProducers, ProducerError, Verdict};
 use crate::storage::Appended;
 use crate::topics::Topic;
 use crate::{Broker, errors};
@@ -83,8 +85,8 @@ pub enum ProduceError {
 pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<ProduceResponse>> {
     let acks = Acks::try_from(req.acks);
     let mut responses = Vec::with_capacity(req.topic_data.len());
-    // (topic index, partition index, pending append)
-    let mut pending: Vec<(usize, usize, Appended)> = Vec::new();
+    // (topic index, partition index, pending append, its topic)
+    let mut pending: Vec<(usize, usize, Appended, Arc<Topic>)> = Vec::new();
     for (ti, topic_data) in req.topic_data.into_iter().enumerate() {
         let topic = broker.topics().get(&topic_data.name.0);
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
@@ -108,7 +110,7 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
             match append(broker, topic, data.index, &records) {
                 Ok(Outcome::Appended(appended, log_start)) => {
                     count_records_in(broker, &appended);
-                    pending.push((ti, pi, appended));
+                    pending.push((ti, pi, appended, Arc::clone(topic)));
                     partitions.push(
                         PartitionProduceResponse::default()
                             .with_index(data.index)
@@ -144,8 +146,8 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
         return futures::future::ready(None).boxed();
     }
     async move {
-        let durable = join_all(pending.iter().map(|(_, _, a)| a.durable())).await;
-        for ((ti, pi, appended), result) in pending.iter().zip(durable) {
+        let durable = join_all(pending.iter().map(|(_, _, a, _)| a.durable())).await;
+        for ((ti, pi, appended, topic), result) in pending.iter().zip(durable) {
             let slot = &mut responses[*ti].partition_responses[*pi];
             match result {
                 Ok(d) => slot.base_offset = d.base_offset,
@@ -153,6 +155,7 @@ pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<
                     slot.error_code = errors::log_error_code(&e);
                     slot.error_message = Some(str_bytes(e.to_string()));
                     tracing::error!(base_offset = appended.base_offset, error = %e, "append did not become durable");
+                    reload_producers(topic, slot.index);
                 }
             }
         }
@@ -258,6 +261,15 @@ fn append(
         base += i64::from(count);
     }
     Ok(Outcome::Appended(appended, log.log_start_offset()))
+}
+
+/// After a failed durability, a backend partition's producer state is reloaded from what the
+/// backend stored (a retry is no duplicate). The local log fails for good: nothing to reload.
+fn reload_producers(topic: &Topic, partition: i32) -> Option<()> {
+    let state = topic.producers(partition)?;
+    let mut state = state.lock().expect("producer state lock");
+    *state = PartitionProducers::from_history(topic.partition(partition)?.producer_history()?);
+    Some(())
 }
 
 /// Counts the records of a Kafka produce append (one offset each) in the broker's metrics.

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use sluice_log::{CommitStats, DataDirSpace, is_no_space};
+use sluice_storage::{FileChange, MetaJournal, StorageError};
 
 use super::recovery::Live;
 use super::{StoreError, io_error, sync_dir};
@@ -37,6 +38,8 @@ pub(super) struct Disk {
     pub(super) compact_at_bytes: u64,
     pub(super) compact_min_bytes: u64,
     pub(super) live: Live,
+    /// Where rounds and compactions are also recorded, with the file's relative path.
+    pub(super) journal: Option<(std::sync::Arc<dyn MetaJournal>, String)>,
 }
 
 /// A compaction that did not happen.
@@ -114,6 +117,20 @@ impl Disk {
         Ok(())
     }
 
+    /// Records a round's frames (written and fdatasynced) in the journal, if any, and blocks
+    /// until the journal has made them durable. Runs on a sync thread, never in the runtime.
+    pub(super) fn journal_round(&self, bytes: &[u8]) -> Result<(), StorageError> {
+        let Some((journal, path)) = &self.journal else {
+            return Ok(());
+        };
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let (path, bytes) = (path.clone(), bytes.to_vec());
+        journal.record(FileChange::Append { path, bytes })?;
+        futures::executor::block_on(journal.durable())
+    }
+
     /// Cuts off bytes past `file_bytes` left by a failed write, if any. A cut that fails for
     /// want of space fails the round like the write itself; any other failure is fatal.
     fn cut_tail(&mut self) -> Result<(), RoundError> {
@@ -181,6 +198,17 @@ impl Disk {
         self.file_bytes = live_frames.len() as u64;
         self.uncut_tail = false;
         self.compact_at_bytes = self.compact_min_bytes.max(2 * self.file_bytes);
+        if let Some((journal, path)) = &self.journal {
+            // Not waited for: the journal's old copy plus its appends holds the same state, and
+            // the next round's `durable()` covers this one.
+            let change = FileChange::Write {
+                path: path.clone(),
+                contents: live_frames,
+            };
+            if let Err(e) = journal.record(change) {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not record the compacted group store in the journal");
+            }
+        }
         tracing::info!(
             path = %self.path.display(),
             before_bytes = before,

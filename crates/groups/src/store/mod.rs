@@ -47,6 +47,13 @@
 //!   (nothing of them is stored; the coordinator answers the client with a retriable error),
 //!   and the store takes the next round as usual, so commits succeed again as soon as space is
 //!   freed, without a restart. The data directory's `DataDirSpace` hears of both.
+//! - With a [`Journal`] (object-storage mode), a round whose frames are written and
+//!   fdatasynced also records them in the journal, as one `FileChange::Append` of the round's
+//!   frames as written (a compaction records the new file as one `FileChange::Write`), and
+//!   blocks its sync thread until the journal's `durable()` resolves. Only then are its
+//!   `Pending`s `Ok`. A journal that fails resolves the round's writes to
+//!   [`StoreError::NotDurable`] (retriable); the store carries on, since the object store may
+//!   come back. (Their frames stay in the local file: a retry stores them again.)
 //! - Any other failed write, and any failed fdatasync (ENOSPC included) or post-rename directory
 //!   fsync, marks the store *failed*: every queued and every later write resolves to
 //!   [`StoreError::Failed`], and nothing is retried. After a failed fdatasync the kernel may have
@@ -129,6 +136,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use sluice_log::{CommitConfig, CommitHandle, DataDirSpace, FlushPolicy, GroupCommitter};
+use sluice_storage::{Journal, relative_path};
 use tokio::sync::oneshot;
 
 use disk::{CompactError, Disk};
@@ -209,6 +217,10 @@ pub enum StoreError {
     /// could not be promised).
     #[error("group store failed earlier: {0}")]
     Failed(String),
+    /// The write is in the local file but the journal could not make it durable (the object
+    /// store failed): not acknowledged; the same write succeeds once the store is back.
+    #[error("the group store change could not be made durable in storage: {0}")]
+    NotDurable(String),
 }
 
 impl StoreError {
@@ -236,6 +248,8 @@ enum Refusal {
     NoSpace(String),
     /// The store failed or closed ([`StoreError::Failed`]).
     Failed(String),
+    /// The journal failed ([`StoreError::NotDurable`]).
+    NotDurable(String),
 }
 
 /// What a round sends each waiting write.
@@ -285,6 +299,9 @@ impl Future for Pending {
                     Err(StoreError::NoSpace(message))
                 }
                 Poll::Ready(Ok(Err(Refusal::Failed(message)))) => Err(StoreError::Failed(message)),
+                Poll::Ready(Ok(Err(Refusal::NotDurable(message)))) => {
+                    Err(StoreError::NotDurable(message))
+                }
                 // The sender was dropped without an answer: the store went away.
                 Poll::Ready(Err(_)) => Err(StoreError::Failed(
                     "the group store stopped before the write was durable".into(),
@@ -342,12 +359,15 @@ impl GroupStore {
     /// [`GroupStore::open`], with the store's rounds run by `committer`: the one the partition
     /// logs of the same data directory use, so one set of sync threads and one flush policy
     /// serve all of them. The committer may shut down before the store closes: later rounds
-    /// then run in the writing thread.
+    /// then run in the writing thread. With `journal`, every round and compaction is also
+    /// recorded there (see the module doc).
     pub fn open_with_committer(
         data_dir: &Path,
         committer: &GroupCommitter,
+        journal: Journal,
     ) -> Result<(GroupStore, Recovered), StoreError> {
-        Self::open_on(data_dir, committer.handle(), None, COMPACT_MIN_BYTES)
+        let commit = committer.handle();
+        Self::open_on(data_dir, commit, None, COMPACT_MIN_BYTES, journal)
     }
 
     fn open_with(
@@ -361,6 +381,7 @@ impl GroupStore {
             committer.handle(),
             Some(committer),
             compact_min_bytes,
+            None,
         )
     }
 
@@ -369,6 +390,7 @@ impl GroupStore {
         commit: CommitHandle,
         own_committer: Option<GroupCommitter>,
         compact_min_bytes: u64,
+        journal: Journal,
     ) -> Result<(GroupStore, Recovered), StoreError> {
         let dir = data_dir.join(DIR_NAME);
         let path = dir.join(LOG_NAME);
@@ -453,6 +475,7 @@ impl GroupStore {
             compact_at_bytes: compact_min_bytes.max(2 * live_frames.len() as u64),
             compact_min_bytes,
             live,
+            journal: journal.zip(relative_path(data_dir, &path)),
         };
         drop(live_frames);
         let mut compactions = 0;

@@ -167,7 +167,12 @@ impl Shared {
                 return;
             }
         }
-        batch.resolve(&Ok(()));
+        let journaled = disk.journal_round(&batch.bytes);
+        if let Err(e) = &journaled {
+            tracing::warn!(error = %e, writes = batch.waiters.len(), "group store round not made durable in the journal");
+        }
+        batch.resolve(&journaled.map_err(|e| Refusal::NotDurable(e.to_string())));
+        // Applied either way: the frames are in the local file, which the live state mirrors.
         for record in batch.records.drain(..) {
             disk.live.apply(record);
         }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::FutureExt;
 use futures::executor::block_on;
 use serde_json::json;
+use sluice_storage::FileChange;
 
 /// Test-only controls of the store's rounds.
 #[derive(Default)]
@@ -726,7 +727,7 @@ fn a_write_is_acknowledged_only_after_the_fdatasync_of_its_round() {
         policy: FlushPolicy::IntervalMs(interval_ms),
         sync_threads: 1,
     });
-    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer).unwrap();
+    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer, None).unwrap();
     let len = file_len(tmp.path());
     // Wait for a tick to pass, so the write lands at the start of an interval.
     std::thread::sleep(Duration::from_millis(interval_ms + 20));
@@ -775,7 +776,7 @@ fn a_partition_and_the_store_share_one_committer() {
         Arc::new(sluice_log::SystemClock),
     )
     .unwrap();
-    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer).unwrap();
+    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer, None).unwrap();
     let store = Arc::new(store);
     // Appends and commits interleave on the one sync thread.
     let writer = {
@@ -828,7 +829,7 @@ fn a_panicking_round_fails_the_store_but_not_the_shared_sync_thread() {
         Arc::new(sluice_log::SystemClock),
     )
     .unwrap();
-    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer).unwrap();
+    let (store, _) = GroupStore::open_with_committer(tmp.path(), &committer, None).unwrap();
     write_ok(&store, vec![set_offset("g", "t", 0, 1)]);
     store.shared.lock().hooks.panic_next_round = true;
     let result = block_on(store.write(vec![set_offset("g", "t", 0, 2)]));
@@ -1020,4 +1021,177 @@ fn crash_kill_and_reopen() {
         }
     }
     assert!(reported >= 20, "children made little progress: {reported}");
+}
+
+/// A journal of metadata file changes whose `durable()` waits for a gate, then fails while
+/// `fail` is set (the object store's, in object-storage mode).
+#[derive(Debug)]
+struct FakeJournal {
+    changes: Mutex<Vec<FileChange>>,
+    gate: tokio::sync::watch::Sender<bool>,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FakeJournal {
+    fn new() -> Arc<FakeJournal> {
+        Arc::new(FakeJournal {
+            changes: Default::default(),
+            gate: tokio::sync::watch::channel(true).0,
+            fail: Default::default(),
+        })
+    }
+
+    fn changes(&self) -> Vec<FileChange> {
+        self.changes.lock().unwrap().clone()
+    }
+
+    /// The file the changes make, applied in order from nothing.
+    fn replayed(&self) -> Vec<u8> {
+        let mut file = Vec::new();
+        for change in self.changes() {
+            match change {
+                FileChange::Write { path, contents } => {
+                    assert_eq!(path, "groups/groups.log");
+                    file = contents;
+                }
+                FileChange::Append { path, bytes } => {
+                    assert_eq!(path, "groups/groups.log");
+                    file.extend_from_slice(&bytes);
+                }
+                FileChange::Remove { path } => panic!("removed {path}"),
+            }
+        }
+        file
+    }
+}
+
+impl sluice_storage::MetaJournal for FakeJournal {
+    fn record(&self, change: FileChange) -> Result<(), sluice_storage::StorageError> {
+        self.changes.lock().unwrap().push(change);
+        Ok(())
+    }
+
+    fn durable(
+        &self,
+    ) -> futures::future::BoxFuture<'static, Result<(), sluice_storage::StorageError>> {
+        let mut gate = self.gate.subscribe();
+        let fail = Arc::clone(&self.fail);
+        async move {
+            let _ = gate.wait_for(|open| *open).await;
+            if fail.load(Ordering::SeqCst) {
+                Err(sluice_storage::StorageError::Io {
+                    op: "put",
+                    path: "objects/3".into(),
+                    source: io::Error::other("bucket unreachable"),
+                })
+            } else {
+                Ok(())
+            }
+        }
+        .boxed()
+    }
+}
+
+fn open_journaled(
+    dir: &Path,
+    journal: &Arc<FakeJournal>,
+    committer: &GroupCommitter,
+) -> GroupStore {
+    let journal: Arc<dyn sluice_storage::MetaJournal> = journal.clone();
+    GroupStore::open_with_committer(dir, committer, Some(journal))
+        .unwrap()
+        .0
+}
+
+#[test]
+fn a_round_is_journaled_and_resolves_once_the_journal_is_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let committer = GroupCommitter::start(CommitConfig::default());
+    let journal = FakeJournal::new();
+    let store = open_journaled(tmp.path(), &journal, &committer);
+    journal.gate.send_replace(false);
+    let mut pending = store.write(vec![set_offset("g", "t", 0, 5)]);
+    let started = Instant::now();
+    while journal.changes().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no round ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Written and fdatasynced locally, recorded, but not durable in the journal yet.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!((&mut pending).now_or_never().is_none(), "resolved early");
+    journal.gate.send_replace(true);
+    block_on(pending).unwrap();
+    // One write of two records, then a barrier (records nothing).
+    write_ok(
+        &store,
+        vec![set_offset("g", "t", 1, 6), set_group("g", json!({"a": 1}))],
+    );
+    write_ok(&store, Vec::new());
+    let changes = journal.changes();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(
+        changes
+            .iter()
+            .all(|c| matches!(c, FileChange::Append { .. }))
+    );
+    assert_eq!(journal.replayed(), fs::read(log_path(tmp.path())).unwrap());
+    store.close();
+    committer.shutdown();
+}
+
+#[test]
+fn a_failed_journal_refuses_the_round_and_the_store_carries_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let committer = GroupCommitter::start(CommitConfig::default());
+    let journal = FakeJournal::new();
+    let store = open_journaled(tmp.path(), &journal, &committer);
+    write_ok(&store, vec![set_offset("g", "t", 0, 1)]);
+    journal.fail.store(true, Ordering::SeqCst);
+    let refused = block_on(store.write(vec![set_offset("g", "t", 0, 2)])).unwrap_err();
+    assert!(matches!(&refused, StoreError::NotDurable(m) if m.contains("bucket unreachable")));
+    assert!(
+        refused.to_string().contains("could not be made durable"),
+        "{refused}"
+    );
+    let code = crate::GroupError::from(refused).code();
+    assert_eq!(
+        code,
+        sluice_protocol::kafka_protocol::ResponseError::NotCoordinator.code()
+    );
+    // Not failed for good: the bucket comes back and the same write succeeds.
+    journal.fail.store(false, Ordering::SeqCst);
+    write_ok(&store, vec![set_offset("g", "t", 0, 2)]);
+    assert_eq!(journal.replayed(), fs::read(log_path(tmp.path())).unwrap());
+    store.close();
+    committer.shutdown();
+}
+
+#[test]
+fn a_compaction_is_journaled_as_the_whole_new_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let committer = GroupCommitter::start(CommitConfig::default());
+    let journal = FakeJournal::new();
+    let dyn_journal: Arc<dyn sluice_storage::MetaJournal> = journal.clone();
+    let (store, _) = GroupStore::open_on(
+        tmp.path(),
+        committer.handle(),
+        None,
+        4096,
+        Some(dyn_journal),
+    )
+    .unwrap();
+    for i in 0..300 {
+        write_ok(&store, vec![set_offset("g", "t", i % 5, i64::from(i))]);
+    }
+    assert!(store.compactions() > 0);
+    let writes = journal
+        .changes()
+        .into_iter()
+        .filter(|c| matches!(c, FileChange::Write { .. }))
+        .count();
+    assert_eq!(writes as u64, store.compactions());
+    // Replaying the journal gives the file as it is, byte for byte.
+    assert_eq!(journal.replayed(), fs::read(log_path(tmp.path())).unwrap());
+    store.close();
+    committer.shutdown();
 }
