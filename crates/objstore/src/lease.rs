@@ -887,14 +887,16 @@ impl LeaseSettings {
 #[derive(Debug, Clone)]
 pub enum LeaseStatus {
     /// Held until `valid_until_ms` (holder's clock) unless renewed again. `renew_error` is the
-    /// last renewal's error while renewals fail; `None` after a success.
+    /// last renewal's error while renewals fail; `None` after a success. A `valid_until_ms` in
+    /// the past means the lease *lapsed*: nobody may write, renewals go on, and one that
+    /// succeeds makes it writable again at the same epoch (a conditional renewal can only
+    /// succeed if no other broker took the lease meanwhile).
     Held {
         epoch: Epoch,
         valid_until_ms: i64,
         renew_error: Option<Arc<LeaseError>>,
     },
-    /// Lost for good: [`LeaseError::Fenced`] or [`LeaseError::Expired`] (or the error of a
-    /// failed release). Stop writing; only a new [`Lease::acquire`], at a new epoch, may write.
+    /// Lost for good: [`LeaseError::Fenced`] (or the error of a failed release). Stop writing; only a new [`Lease::acquire`], at a new epoch, may write.
     Lost(Arc<LeaseError>),
     /// Released on a clean shutdown.
     Released,
@@ -977,8 +979,13 @@ impl Drop for LeaseKeeper {
     }
 }
 
-/// The keeper's task: renew every interval; on `Fenced` report and stop; on other errors
-/// keep trying until the validity runs out, then report `Expired` and stop.
+/// How often a lapsed lease (validity run out while renewals failed) is tried again.
+pub const LAPSED_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The keeper's task: renew every interval; on `Fenced` report and stop; on other errors keep
+/// trying. Past the validity the lease has *lapsed*: it is reported `Held` with a
+/// `valid_until_ms` in the past (not writable), and tried every [`LAPSED_RETRY_INTERVAL`]
+/// until a renewal succeeds (writable again, same epoch) or finds it taken (`Fenced`).
 async fn keep_renewing(
     mut lease: Lease,
     status: watch::Sender<LeaseStatus>,
@@ -986,6 +993,7 @@ async fn keep_renewing(
 ) -> Result<(), Arc<LeaseError>> {
     let interval = lease.settings.renew_interval;
     let mut last_error: Option<Arc<LeaseError>> = None;
+    let mut lapsed = false;
     let lost = |status: &watch::Sender<LeaseStatus>, e: Arc<LeaseError>| {
         let _ = status.send(LeaseStatus::Lost(Arc::clone(&e)));
         Err(e)
@@ -993,7 +1001,13 @@ async fn keep_renewing(
     loop {
         // Wake at the next renewal, or when the validity runs out if that is sooner.
         let left_ms = lease.valid_until_ms - lease.clock.now_ms();
-        let wait = interval.min(Duration::from_millis(left_ms.max(0) as u64));
+        let wait = if left_ms > 0 {
+            interval.min(Duration::from_millis(left_ms as u64))
+        } else if lapsed {
+            interval.min(LAPSED_RETRY_INTERVAL)
+        } else {
+            Duration::ZERO
+        };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             changed = stop.changed() => {
@@ -1010,21 +1024,21 @@ async fn keep_renewing(
                 };
             }
         }
-        if !lease.is_valid() {
-            let last_error = match &last_error {
-                Some(e) => e.to_string(),
-                None => "none: the renewal was not attempted in time".into(),
-            };
-            let expired = LeaseError::Expired {
-                prefix: lease.site.prefix.clone(),
-                expired_ago_ms: lease.clock.now_ms() - lease.valid_until_ms,
-                last_error,
-            };
-            return lost(&status, Arc::new(expired));
+        if !lease.is_valid() && !lapsed {
+            // Nobody may write now; renewals go on, and the first that succeeds proves that
+            // no other broker took the lease in between (it is conditional on the version
+            // this writer last wrote), so writing resumes at the same epoch.
+            lapsed = true;
+            let _ = status.send(LeaseStatus::Held {
+                epoch: lease.epoch(),
+                valid_until_ms: lease.valid_until_ms,
+                renew_error: last_error.clone(),
+            });
         }
         match lease.renew().await {
             Ok(()) => {
                 last_error = None;
+                lapsed = false;
                 let _ = status.send(LeaseStatus::Held {
                     epoch: lease.epoch(),
                     valid_until_ms: lease.valid_until_ms,

@@ -401,7 +401,8 @@ async fn renewal_with_a_lost_answer_is_recognised_as_its_own() {
 }
 
 #[tokio::test]
-async fn minio_killed_renewals_fail_within_a_bound_and_the_lease_expires_after_its_duration() {
+async fn minio_killed_renewals_fail_within_a_bound_the_lease_lapses_and_comes_back_at_the_same_epoch()
+ {
     let mut minio = MinioServer::start();
     // Real time here: the keeper renews on tokio's timer, and validity is by the clock.
     let clock: Arc<dyn LeaseClock> = Arc::new(SystemClock);
@@ -466,34 +467,36 @@ async fn minio_killed_renewals_fail_within_a_bound_and_the_lease_expires_after_i
         assert_eq!(keeper.writable_epoch(), Some(Epoch(1)));
     }
 
-    // Then lost: reported no earlier than the validity's end and soon after it.
-    let lost = loop {
-        tokio::time::timeout(Duration::from_secs(6), status.changed())
-            .await
-            .expect("the lease was not reported lost in time")
-            .unwrap();
-        if let LeaseStatus::Lost(e) = &*status.borrow_and_update() {
-            break Arc::clone(e);
-        }
-    };
-    let lost_ms = clock.now_ms();
-    eprintln!(
-        "lost {:?} after the kill ({} ms after the validity ended): {lost}",
-        killed.elapsed(),
-        lost_ms - valid_until
-    );
-    assert!(matches!(*lost, LeaseError::Expired { .. }), "{lost:?}");
-    assert!(lost_ms >= valid_until, "lost before its validity ended");
-    assert!(lost_ms < valid_until + 1_500, "lost reported late");
+    // Then lapsed: no longer writable once the validity has run out, but not lost.
+    while clock.now_ms() < valid_until + 50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(keeper.writable_epoch(), None);
-    assert!(lost_ms - killed_ms <= 3_000 + 1_500);
+    assert!(
+        !matches!(&*status.borrow(), LeaseStatus::Lost(_)),
+        "a lapsed lease is not lost"
+    );
 
-    // After MinIO is back, a new broker takes over the expired lease.
+    // MinIO comes back: the next renewal (conditional on this writer's version) proves that
+    // nobody took the lease, and writing resumes at the same epoch.
     minio.restart();
-    let next = Lease::acquire(store, &prefix, clock, settings)
+    let resumed = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            status.changed().await.unwrap();
+            if keeper.writable_epoch().is_some() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        resumed.is_ok(),
+        "the lease did not come back after MinIO did"
+    );
+    assert_eq!(keeper.writable_epoch(), Some(Epoch(1)));
+    let err = Lease::acquire(store, &prefix, clock, settings)
         .await
-        .unwrap();
-    assert_eq!(next.epoch(), Epoch(2));
-    let err = keeper.shutdown().await.unwrap_err();
-    assert!(matches!(*err, LeaseError::Expired { .. }), "{err:?}");
+        .unwrap_err();
+    assert!(err.is_other_writer(), "{err}");
+    keeper.shutdown().await.unwrap();
 }
