@@ -418,8 +418,21 @@ fn holder_died_here(record: &LeaseRecord, host: &str) -> bool {
     !host.is_empty()
         && record.host == host
         && record.pid != std::process::id()
-        && !std::path::Path::new(&format!("/proc/{}", record.pid)).exists()
         && std::path::Path::new("/proc/self").exists()
+        && !process_runs(record.pid)
+}
+
+/// Whether process `pid` exists and has not exited: a killed process stays in `/proc` as a
+/// zombie (state `Z`) until its parent reaps it.
+fn process_runs(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| !matches!(state, "Z" | "X" | "x")),
+        Err(_) => false,
+    }
 }
 
 /// "2 s" / "350 ms": how long ago something happened, for error messages.
@@ -1194,6 +1207,16 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead_pid = child.id();
         child.wait().unwrap();
+        // A killed process not yet reaped (a zombie) is dead too.
+        let mut zombie = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        zombie.kill().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!process_runs(zombie.id()));
+        assert!(process_runs(std::process::id()));
+        zombie.wait().unwrap();
         let mut dead = record();
         dead.host = this_host();
         dead.pid = dead_pid;
