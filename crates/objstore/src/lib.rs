@@ -26,6 +26,7 @@
 pub mod bucket;
 pub mod cache;
 pub mod error;
+pub mod flush;
 pub mod format;
 pub mod index;
 pub mod lease;
@@ -37,6 +38,10 @@ pub mod writer;
 
 pub use bucket::{Bucket, BucketConfig, BucketError, StorageUrl};
 pub use error::{BatchProblem, MalformedWhat, ObjectError, Result, Section};
+pub use flush::{
+    AbandonedObject, CommittedObject, FlushError, FlushSettings, FlushSink, FlushStats, Flusher,
+    Ticket,
+};
 pub use format::{
     EMPTY_OBJECT_BYTES, FOOTER_BYTES, FORMAT_VERSION, Footer, HEADER_BYTES, INDEX_ENTRY_BYTES,
     MAGIC, ObjectHeader, RunEntry, TopicId, patch_base_offsets,
