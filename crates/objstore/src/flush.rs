@@ -1198,7 +1198,12 @@ async fn put_with_retries(job: PutJob) -> Result<(), FlushError> {
             }
             Ok(Err(StoreError::AlreadyExists { .. })) => match check_existing(&job, deadline).await
             {
-                Ok(Existing::Ours) => return Ok(()),
+                Ok(Existing::Ours) => {
+                    counters
+                        .bytes_put
+                        .fetch_add(job.bytes.len() as u64, Ordering::Relaxed);
+                    return Ok(());
+                }
                 Ok(Existing::Foreign(detail)) => return Err(FlushError::Fenced { detail }),
                 Err(e) => format!("it already exists, and reading its header failed: {e}"),
             },
