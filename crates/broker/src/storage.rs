@@ -13,8 +13,8 @@ mod tests {
     use sluice_log::batch::build::{Record, batch};
 
     use super::*;
-    use tokio::time::Instant;
     use crate::{Broker, BrokerConfig};
+    use tokio::time::Instant;
 
     /// A broker in `dir` with one single-partition topic, and that partition.
     fn partition(dir: &std::path::Path) -> (Arc<Broker>, Arc<dyn PartitionStorage>) {

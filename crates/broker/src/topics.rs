@@ -431,11 +431,9 @@ impl TopicRegistry {
             configs: configs.clone(),
         };
         self.journal(&topic.name, Some(write_meta(&topic.dir, &meta)?))?;
-        // (A backend's partitions take a new retention when they are next opened.)
         let log_config = configs.log_config(&broker.log);
         for log in topic.partitions() {
-            log.as_local()
-                .map_or(Ok(()), |log| log.set_config(log_config))?;
+            log.set_config(log_config)?;
         }
         *topic.config.write().expect("config lock") = configs;
         Ok(())

@@ -10,7 +10,7 @@ use sluice_broker::Broker;
 use sluice_http::AppState;
 use sluice_http::auth::Auth;
 
-use crate::settings::{HttpListen, Resolved, Settings, read_config_file};
+use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_config_file};
 
 /// Run the broker.
 ///
@@ -37,7 +37,8 @@ pub struct ServeArgs {
     /// flush_interval_ms, sync_threads, max_request_bytes, memory_limit, fetch_max_bytes,
     /// request_timeout_ms, connections_max_idle_ms, max_connections, max_connections_per_ip,
     /// max_message_bytes, group_initial_rebalance_delay_ms,
-    /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max)
+    /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max,
+    /// storage, object_linger_ms, object_max_bytes, object_puts_in_flight, cache_bytes)
     #[arg(long, env = "SLUICE_CONFIG")]
     config: Option<PathBuf>,
     // Every other setting; each is a flag, a `SLUICE_*` variable and a TOML key.
@@ -69,6 +70,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         auth,
         mut broker_config,
         server_config,
+        storage,
     } = args.settings.or(file).resolve()?;
     raise_open_files_limit(server_config.max_connections, http_config.max_connections);
 
@@ -92,10 +94,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         broker_config.advertised_host = advertised_host.unwrap_or_else(|| bound.ip().to_string());
         broker_config.advertised_port = i32::from(bound.port());
         let started = std::time::Instant::now();
+        let backend = match &storage {
+            Some(storage) => Some(open_object_storage(storage, &data_dir, broker_config.memory_limit).await?),
+            None => None,
+        };
+        let opener = backend.clone().map(|b| b as Arc<dyn sluice_broker::storage::PartitionOpener>);
         let broker = Arc::new(
-            tokio::task::spawn_blocking(move || Broker::open(broker_config))
-                .await?
-                .with_context(|| format!("opening data directory {}", data_dir.display()))?,
+            tokio::task::spawn_blocking(move || {
+                Broker::open_with(broker_config, Arc::new(sluice_broker::SystemClock), opener)
+            })
+            .await?
+            .with_context(|| format!("opening data directory {}", data_dir.display()))?,
         );
         tracing::info!(
             data_dir = %broker.config().data_dir.display(),
@@ -114,7 +123,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     tracing::warn!("no HTTP API keys configured: the HTTP API on {bound} accepts every request");
                 }
                 tracing::info!("http listening on {bound}");
-                let state = AppState::new(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone());
+                let series = backend.clone().map(|b| {
+                    sluice_http::StorageSeries(Arc::new(move || b.render_metrics()))
+                });
+                let state = AppState::with_storage_series(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone(), series);
                 Some(tokio::spawn(sluice_http::serve(listener, state)))
             }
             None => None,
@@ -157,9 +169,61 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let _ = retention.await;
         let b = Arc::clone(&broker);
         tokio::task::spawn_blocking(move || b.shutdown()).await?;
+        if let Some(backend) = &backend {
+            backend.shutdown().await;
+        }
         tracing::info!("shut down cleanly");
         anyhow::Ok(())
     })
+}
+
+/// Largest recent-objects memory cache (a slice of --memory-limit: tail readers are served
+/// from it without a GET).
+const RECENT_OBJECTS_BYTES_MAX: usize = 64 << 20;
+
+/// Opens object-storage mode: logs `storage: s3://BUCKET/PREFIX`, then the bucket's start
+/// check, the writer lease and the catch-up with the bucket; any failure is one line.
+async fn open_object_storage(
+    storage: &StorageSettings,
+    data_dir: &std::path::Path,
+    memory_limit: usize,
+) -> anyhow::Result<Arc<sluice_objstore::ObjectBackend>> {
+    use sluice_objstore::{BucketConfig, ObjectBackend, ObjectSettings};
+    tracing::info!("storage: {}", storage.url);
+    let config =
+        BucketConfig::from_process_env(storage.url.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let settings = ObjectSettings {
+        flush: sluice_objstore::flush::FlushSettings {
+            linger: storage.linger,
+            max_bytes: storage.max_bytes,
+            puts_in_flight: storage.puts_in_flight,
+            ..Default::default()
+        },
+        cache: sluice_objstore::cache::CacheSettings {
+            memory_bytes: RECENT_OBJECTS_BYTES_MAX.min(memory_limit / 8),
+            disk_bytes: storage.cache_bytes,
+            ..sluice_objstore::cache::CacheSettings::new(data_dir)
+        },
+        lease: Default::default(),
+    };
+    let (backend, report) = ObjectBackend::open(
+        config,
+        data_dir,
+        settings,
+        Arc::new(sluice_objstore::lease::SystemClock),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    tracing::info!(
+        epoch = report.epoch,
+        objects_applied = report.objects_applied,
+        objects_skipped = report.objects_skipped,
+        next_object = report.next_sequence,
+        catch_up_ms = report.catch_up.as_millis() as u64,
+        files_restored = report.files_restored,
+        "object storage ready: writer lease held, local index caught up with the bucket"
+    );
+    Ok(Arc::new(backend))
 }
 
 /// File descriptors kept for everything but client connections: segment and index files,

@@ -176,6 +176,25 @@ settings! {
         /// Most consumer groups the broker keeps [default: 10000]
         #[arg(long, env = "SLUICE_GROUPS_MAX")]
         groups_max: usize,
+        /// Keep data in object storage: s3://BUCKET/PREFIX (endpoint, region and keys from
+        /// AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); the data
+        /// directory is then only a cache. See docs/object-storage.md [default: local disk]
+        #[arg(long, env = "SLUICE_STORAGE")]
+        storage: String,
+        /// Object storage: produce batches wait at most this long for their object to be
+        /// written (acknowledged after its PUT) [default: 250]
+        #[arg(long, env = "SLUICE_OBJECT_LINGER_MS")]
+        object_linger_ms: u64,
+        /// Object storage: an object is written once it holds this much [default: 8MiB]
+        #[arg(long, env = "SLUICE_OBJECT_MAX_BYTES")]
+        object_max_bytes: ByteSize,
+        /// Object storage: objects being written at once [default: 2]
+        #[arg(long, env = "SLUICE_OBJECT_PUTS_IN_FLIGHT")]
+        object_puts_in_flight: usize,
+        /// Object storage: local disk kept for ranges read from the bucket; 0 disables it
+        /// [default: 1GiB]
+        #[arg(long, env = "SLUICE_CACHE_BYTES")]
+        cache_bytes: ByteSize,
     }
 }
 
@@ -211,7 +230,25 @@ pub struct Resolved {
     /// `advertised_host` and `advertised_port` are filled in once the Kafka listener is bound.
     pub broker_config: BrokerConfig,
     pub server_config: ServerConfig,
+    /// `None`: data stays on local disk.
+    pub storage: Option<StorageSettings>,
 }
+
+/// Object-storage mode's settings, checked.
+#[derive(Debug, Clone)]
+pub struct StorageSettings {
+    pub url: sluice_objstore::StorageUrl,
+    pub linger: Duration,
+    pub max_bytes: usize,
+    pub puts_in_flight: usize,
+    pub cache_bytes: u64,
+}
+
+/// Object-storage defaults (docs/object-storage.md, "Named limits").
+pub const OBJECT_LINGER_MS_DEFAULT: u64 = 250;
+pub const OBJECT_MAX_BYTES_DEFAULT: u64 = 8 << 20;
+pub const OBJECT_PUTS_IN_FLIGHT_DEFAULT: usize = 2;
+pub const CACHE_BYTES_DEFAULT: u64 = 1 << 30;
 
 impl Settings {
     /// Fills in defaults and checks every value. Each config type checks its own values
@@ -241,6 +278,7 @@ impl Settings {
         broker_config.validate()?;
         server_config.validate()?;
         self.apply_memory_limit(&mut broker_config, &mut server_config, &mut http_config)?;
+        let storage = self.storage_settings()?;
         Ok(Resolved {
             data_dir,
             kafka_addr,
@@ -250,7 +288,46 @@ impl Settings {
             auth,
             broker_config,
             server_config,
+            storage,
         })
+    }
+
+    /// Object-storage mode's settings when `storage` names a bucket (`local`, empty or unset:
+    /// none).
+    fn storage_settings(&self) -> anyhow::Result<Option<StorageSettings>> {
+        let url = match self.storage.as_deref().map(str::trim) {
+            None | Some("") | Some("local") => return Ok(None),
+            Some(url) => sluice_objstore::StorageUrl::parse(url)
+                .map_err(|e| anyhow::anyhow!("invalid --storage {url:?}: {e}"))?,
+        };
+        let linger = self.object_linger_ms.unwrap_or(OBJECT_LINGER_MS_DEFAULT);
+        if !(1..=60_000).contains(&linger) {
+            bail!("object_linger_ms must be between 1 and 60000, not {linger}");
+        }
+        let max_bytes = self
+            .object_max_bytes
+            .map_or(OBJECT_MAX_BYTES_DEFAULT, ByteSize::bytes);
+        if !(64 << 10..=1 << 30).contains(&max_bytes) {
+            bail!(
+                "object_max_bytes must be between 64KiB and 1GiB, not {}",
+                ByteSize(max_bytes)
+            );
+        }
+        let puts_in_flight = self
+            .object_puts_in_flight
+            .unwrap_or(OBJECT_PUTS_IN_FLIGHT_DEFAULT);
+        if !(1..=64).contains(&puts_in_flight) {
+            bail!("object_puts_in_flight must be between 1 and 64, not {puts_in_flight}");
+        }
+        Ok(Some(StorageSettings {
+            url,
+            linger: Duration::from_millis(linger),
+            max_bytes: max_bytes as usize,
+            puts_in_flight,
+            cache_bytes: self
+                .cache_bytes
+                .map_or(CACHE_BYTES_DEFAULT, ByteSize::bytes),
+        }))
     }
 
     /// The HTTP API's limits and timeouts, all but the body size cap, which

@@ -54,7 +54,11 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Response, ApiE
 /// Needs a valid key when keys are configured (Prometheus sends one with `authorization`).
 pub async fn metrics(State(state): State<Arc<AppState>>, _principal: Principal) -> Response {
     let text = tokio::task::spawn_blocking(move || {
-        sluice_broker::metrics::render(&state.broker, &[&state.metrics])
+        let mut text = sluice_broker::metrics::render(&state.broker, &[&state.metrics]);
+        if let Some(series) = &state.storage_series {
+            text.push_str(&(series.0)());
+        }
+        text
     })
     .await
     .unwrap_or_default();

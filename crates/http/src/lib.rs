@@ -139,6 +139,19 @@ pub struct AppState {
     /// Round-robin counter for produce requests with keyless records: each such request takes
     /// the next value, modulo the topic's partition count.
     pub next_partition: AtomicU32,
+    /// More series for `/metrics` from the storage backend (object-storage mode's PUTs, GETs
+    /// and caches), appended after the broker's.
+    pub storage_series: Option<StorageSeries>,
+}
+
+/// Renders a storage backend's `/metrics` series (Prometheus text).
+#[derive(Clone)]
+pub struct StorageSeries(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for StorageSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StorageSeries")
+    }
 }
 
 impl AppState {
@@ -147,6 +160,17 @@ impl AppState {
         config: HttpConfig,
         auth: Arc<auth::Auth>,
         shutdown: watch::Receiver<bool>,
+    ) -> Arc<AppState> {
+        Self::with_storage_series(broker, config, auth, shutdown, None)
+    }
+
+    /// [`AppState::new`] with a storage backend's series for `/metrics`.
+    pub fn with_storage_series(
+        broker: Arc<Broker>,
+        config: HttpConfig,
+        auth: Arc<auth::Auth>,
+        shutdown: watch::Receiver<bool>,
+        storage_series: Option<StorageSeries>,
     ) -> Arc<AppState> {
         let limits = limits::Limits::new(&config);
         Arc::new(AppState {
@@ -157,6 +181,7 @@ impl AppState {
             metrics: metrics::HttpMetrics::default(),
             shutdown,
             next_partition: AtomicU32::new(0),
+            storage_series,
         })
     }
 }

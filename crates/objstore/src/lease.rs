@@ -1213,7 +1213,7 @@ mod tests {
             .spawn()
             .unwrap();
         zombie.kill().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
         assert!(!process_runs(zombie.id()));
         assert!(process_runs(std::process::id()));
         zombie.wait().unwrap();

@@ -23,6 +23,7 @@
 //! become an S3 client, and a bounded start check proves it usable (its own error enum,
 //! [`BucketError`], whose lines are printed to the operator as they are).
 
+pub mod backend;
 pub mod bucket;
 pub mod cache;
 pub mod error;
@@ -31,11 +32,14 @@ pub mod format;
 pub mod index;
 pub mod lease;
 pub mod meta;
+pub mod metrics;
 pub mod name;
+pub mod partition;
 pub mod reader;
 pub mod rebuild;
 pub mod writer;
 
+pub use backend::{BackendError, ObjectBackend, ObjectSettings, OpenReport};
 pub use bucket::{Bucket, BucketConfig, BucketError, StorageUrl};
 pub use error::{BatchProblem, MalformedWhat, ObjectError, Result, Section};
 pub use flush::{

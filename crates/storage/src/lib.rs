@@ -97,6 +97,12 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Takes a changed topic config (retention, segment sizes) for its next appends and
+    /// retention passes.
+    fn set_config(&self, _config: sluice_log::LogConfig) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     /// The local log itself, for what only it has (configs, close, its producer snapshot);
     /// `None` for any other backend.
     fn as_local(&self) -> Option<&PartitionLog> {
@@ -285,6 +291,10 @@ impl PartitionStorage for PartitionLog {
 
     fn delete(&self) -> Result<(), StorageError> {
         PartitionLog::delete(self)
+    }
+
+    fn set_config(&self, config: sluice_log::LogConfig) -> Result<(), StorageError> {
+        PartitionLog::set_config(self, config)
     }
 
     fn as_local(&self) -> Option<&PartitionLog> {

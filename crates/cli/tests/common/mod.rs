@@ -30,6 +30,15 @@ impl Server {
 
     /// Starts a server on `dir` with more `serve` arguments (e.g. `--config FILE`).
     pub fn start_with_args(dir: tempfile::TempDir, extra_args: &[&str]) -> Server {
+        Server::start_with_env(dir, extra_args, &[])
+    }
+
+    /// [`Server::start_with_args`] with more environment variables (e.g. S3 credentials).
+    pub fn start_with_env(
+        dir: tempfile::TempDir,
+        extra_args: &[&str],
+        env: &[(&str, String)],
+    ) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
                 "serve",
@@ -41,6 +50,7 @@ impl Server {
             ])
             .arg(dir.path())
             .args(extra_args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("SLUICE_LOG", "info")
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
