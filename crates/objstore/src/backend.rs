@@ -200,13 +200,24 @@ impl ObjectBackend {
     pub async fn open(
         config: BucketConfig,
         data_dir: &Path,
+        settings: ObjectSettings,
+        clock: Arc<dyn LeaseClock>,
+    ) -> Result<(ObjectBackend, OpenReport), BackendError> {
+        let bucket = crate::bucket::open(config)?;
+        Self::open_on(bucket, data_dir, settings, clock).await
+    }
+
+    /// [`ObjectBackend::open`] on a bucket already opened (any `object_store` store, e.g. an
+    /// in-memory one in tests).
+    pub async fn open_on(
+        bucket: Bucket,
+        data_dir: &Path,
         mut settings: ObjectSettings,
         clock: Arc<dyn LeaseClock>,
     ) -> Result<(ObjectBackend, OpenReport), BackendError> {
         settings.flush.validate().map_err(BackendError::Settings)?;
         let root = data_dir.join(OBJSTORE_DIR);
         refuse_local_data(data_dir, &root)?;
-        let bucket = crate::bucket::open(config)?;
         bucket.check().await?;
         let lease = Lease::acquire(
             Arc::clone(bucket.store()),

@@ -1,0 +1,206 @@
+//! Object-store partitions through the storage seam (`PartitionStorage`), on an in-memory
+//! bucket wrapped in a fault injector: appends are readable only once their object is
+//! written, a given-up object leaves a gap that readers step over, a cold read loads its
+//! range first, retention and deletion, and a second backend on the same bucket (a restart
+//! with an empty data directory) sees exactly what was acknowledged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use sluice_log::batch::BatchView;
+use sluice_log::batch::build::{Record, batch};
+use sluice_log::{LogConfig, LogError};
+use sluice_objstore::cache::CacheSettings;
+use sluice_objstore::flush::FlushSettings;
+use sluice_objstore::lease::SystemClock;
+use sluice_objstore::{Bucket, LeaseSettings, ObjectBackend, ObjectSettings, StorageUrl};
+use sluice_storage::{PartitionOpener, PartitionStorage};
+use sluice_testkit::FaultyStore;
+use sluice_testkit::faulty::{ErrorKind, Op};
+
+const TOPIC: [u8; 16] = [9; 16];
+
+fn settings(dir: &std::path::Path) -> ObjectSettings {
+    ObjectSettings {
+        flush: FlushSettings {
+            linger: Duration::from_millis(5),
+            put_timeout: Duration::from_millis(600),
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(50),
+            ..FlushSettings::default()
+        },
+        cache: CacheSettings::new(dir),
+        lease: LeaseSettings::default(),
+    }
+}
+
+async fn open(store: Arc<dyn ObjectStore>, dir: &std::path::Path) -> ObjectBackend {
+    let bucket = Bucket::from_store(StorageUrl::parse("s3://bucket/p").unwrap(), store, "memory");
+    ObjectBackend::open_on(bucket, dir, settings(dir), Arc::new(SystemClock))
+        .await
+        .unwrap()
+        .0
+}
+
+fn one(value: &str) -> Vec<u8> {
+    batch(
+        1_700_000_000_000,
+        &[Record {
+            timestamp_delta: 0,
+            key: None,
+            value: Some(value.as_bytes()),
+        }],
+    )
+}
+
+/// (offset, value) of every record batch in `records` (one record per batch here).
+fn values(records: &[u8]) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    let mut rest = records;
+    while !rest.is_empty() {
+        let view = BatchView::parse(rest).unwrap();
+        let bytes = view.bytes();
+        // The single record's value is the batch's last bytes (no headers): its length is
+        // known from the test's own values, so read the tail after the 1-byte value length.
+        let text = String::from_utf8_lossy(&bytes[bytes.len() - 2..bytes.len() - 1]).into_owned();
+        out.push((view.base_offset(), text));
+        rest = &rest[view.len()..];
+    }
+    out
+}
+
+async fn read_all(p: &dyn PartitionStorage, from: i64) -> Vec<(i64, String)> {
+    if let Some(load) = p.prepare_read(from, 1 << 20) {
+        load.await.unwrap();
+    }
+    values(&p.read(from, 1 << 20).unwrap().records)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_appends_are_read_back_and_survive_a_new_data_directory() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    for v in ["a", "b", "c"] {
+        let appended = p.append(&one(v)).unwrap();
+        // Not readable before its object is written.
+        assert!(p.high_watermark() <= appended.base_offset);
+        let durable = appended.durable().await.unwrap();
+        assert_eq!(durable.base_offset, durable.last_offset);
+    }
+    assert_eq!(p.high_watermark(), 3);
+    assert_eq!(
+        read_all(&*p, 0).await,
+        [(0, "a".into()), (1, "b".into()), (2, "c".into())]
+    );
+    assert_eq!(read_all(&*p, 2).await, [(2, "c".into())]);
+    assert!(matches!(
+        p.read(10, 1),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    backend.shutdown().await;
+
+    // A new data directory: everything comes back from the bucket, read with GETs.
+    let dir2 = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir2.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    assert_eq!(p.high_watermark(), 3);
+    assert!(
+        p.prepare_read(0, 1 << 20).is_some(),
+        "a cold read must load first"
+    );
+    assert_eq!(read_all(&*p, 0).await.len(), 3);
+    assert!(backend.cache().stats().gets >= 1);
+    // New appends follow the old offsets.
+    let d = p.append(&one("d")).unwrap().durable().await.unwrap();
+    assert_eq!(d.base_offset, 3);
+    backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_up_object_fails_its_appends_and_leaves_a_gap_readers_step_over() {
+    let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new())));
+    let store: Arc<dyn ObjectStore> = Arc::clone(&faulty) as Arc<dyn ObjectStore>;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    p.append(&one("a")).unwrap().durable().await.unwrap();
+
+    // The store refuses every PUT for longer than the PUT timeout.
+    faulty.fail_next(Op::Put, 1_000, ErrorKind::Generic);
+    let lost = p.append(&one("b")).unwrap();
+    let err = lost.durable().await.unwrap_err();
+    assert!(err.to_string().contains("gave up"), "{err}");
+    assert_eq!(
+        p.high_watermark(),
+        1,
+        "nothing of the failed object is visible"
+    );
+    faulty.clear_faults();
+
+    let c = p.append(&one("c")).unwrap().durable().await.unwrap();
+    assert_eq!(c.base_offset, 2, "the failed offset is not reused");
+    assert_eq!(p.high_watermark(), 3);
+    // A read in the gap returns the batches after it.
+    assert_eq!(read_all(&*p, 1).await, [(2, "c".into())]);
+    assert_eq!(read_all(&*p, 0).await, [(0, "a".into()), (2, "c".into())]);
+    backend.shutdown().await;
+
+    // A rebuild from the bucket agrees: the given-up object is skipped.
+    let dir2 = tempfile::tempdir().unwrap();
+    let backend = open(store, dir2.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    assert_eq!(read_all(&*p, 0).await, [(0, "a".into()), (2, "c".into())]);
+    backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_moves_the_log_start_and_deletion_closes_the_partition() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    for v in ["a", "b", "c"] {
+        p.append(&one(v)).unwrap().durable().await.unwrap();
+    }
+    // Records from 2023 are older than a day: retention drops whole runs.
+    let config = LogConfig {
+        retention_ms: Some(24 * 3600 * 1000),
+        ..LogConfig::default()
+    };
+    p.set_config(config).unwrap();
+    assert_eq!(p.apply_retention().unwrap(), 3);
+    assert_eq!(p.log_start_offset(), 3);
+    assert!(matches!(
+        p.read(0, 1),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    // The new log start reaches the bucket with the next object.
+    p.append(&one("d")).unwrap().durable().await.unwrap();
+    backend.shutdown().await;
+    let dir2 = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir2.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    assert_eq!(p.log_start_offset(), 3);
+    assert_eq!(read_all(&*p, 3).await, [(3, "d".into())]);
+
+    p.delete().unwrap();
+    assert!(matches!(p.read(3, 1), Err(LogError::Closed { .. })));
+    assert!(p.append(&one("e")).is_err());
+    backend.shutdown().await;
+}
