@@ -103,6 +103,17 @@ impl Core {
     pub(crate) fn now_ms(&self) -> i64 {
         self.clock.now_ms()
     }
+    pub(crate) fn bucket(&self) -> &Bucket {
+        &self.bucket
+    }
+    /// The open partition, if any (for the maintenance task).
+    pub(crate) fn live_partition(
+        &self,
+        topic_id: TopicId,
+        partition: i32,
+    ) -> Option<Arc<ObjectPartition>> {
+        self.partition(topic_id, partition)
+    }
     pub(crate) fn url_label(&self) -> String {
         self.bucket.url().to_string()
     }
@@ -173,6 +184,8 @@ pub struct ObjectBackend {
     keeper: Mutex<Option<LeaseKeeper>>,
     lease_status: tokio::sync::watch::Receiver<crate::lease::LeaseStatus>,
     journal: Arc<Journal>,
+    /// Checkpoints, compaction and the cleaner ([`crate::maintenance`]).
+    maintenance: crate::maintenance::Maintenance,
 }
 
 impl std::fmt::Debug for ObjectBackend {
@@ -266,6 +279,12 @@ impl ObjectBackend {
             Arc::new(Sink(Arc::downgrade(&core))),
         );
         let _ = core.flusher.set(flusher);
+        let host: Weak<dyn crate::maintenance::Host> = Arc::downgrade(&core) as _;
+        let maintenance = crate::maintenance::Maintenance::start(
+            host,
+            epoch.0,
+            crate::maintenance::MaintenanceSettings::default(),
+        );
         let report = OpenReport {
             epoch: epoch.0,
             objects_applied: caught.objects_applied,
@@ -283,6 +302,7 @@ impl ObjectBackend {
                 core,
                 lease_status: keeper.status(),
                 keeper: Mutex::new(Some(keeper)),
+                maintenance,
             },
             report,
         ))
@@ -290,6 +310,8 @@ impl ObjectBackend {
 
     /// Writes what is queued, waits for it, and releases the writer lease (clean shutdown).
     pub async fn shutdown(&self) {
+        // First, so its final checkpoint is written while the flusher still runs.
+        self.maintenance.shutdown().await;
         self.core.flusher().shutdown().await;
         let keeper = self.keeper.lock().expect("keeper lock").take();
         if let Some(keeper) = keeper

@@ -59,6 +59,8 @@ use object_store::{GetOptions, ObjectStore};
 use tokio::sync::Semaphore;
 
 use crate::Bucket;
+use crate::name::data_object_name;
+#[cfg(test)]
 use crate::name::object_name;
 
 /// Default bound of the recent-objects cache: eight flush objects of the default 8 MiB, i.e.
@@ -682,8 +684,9 @@ impl ReadCache {
 }
 
 impl Inner {
+    /// The key of the object with id `sequence` (a flush or a compacted object).
     fn key(&self, sequence: u64) -> Path {
-        self.bucket.key(&object_name("", sequence))
+        self.bucket.key(&data_object_name("", sequence))
     }
 
     /// Memory, then disk; counts nothing.

@@ -207,6 +207,29 @@ pub struct PartitionState {
     pub size_bytes: u64,
 }
 
+/// One row of the `objects` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectRow {
+    pub sequence: u64,
+    pub size: u64,
+    pub created_ms: i64,
+    pub abandoned: bool,
+}
+
+/// The whole state of the index as of one last sequence ([`Index::snapshot`],
+/// [`Index::load_snapshot`]): what a checkpoint holds. Sorted as the tables' keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IndexSnapshot {
+    pub last_sequence: Option<u64>,
+    pub objects: Vec<ObjectRow>,
+    pub runs: Vec<(TopicId, i32, RunLocation)>,
+    /// Kept producer batches, each with the sequence of the object that holds it.
+    pub producers: Vec<(ProducerBatch, u64)>,
+    pub files: Vec<(String, Vec<u8>)>,
+    pub log_starts: Vec<(TopicId, i32, i64)>,
+    pub abandoned: Vec<u64>,
+}
+
 /// The connection and what is cached from it.
 struct Inner {
     conn: Connection,
@@ -391,7 +414,10 @@ impl Index {
     ///   every path under `path/`);
     /// - `LogStart`: the partition's log start becomes max(old, offset); runs wholly below it
     ///   are dropped;
-    /// - `TopicDeleted`: every run, producer batch and log start of the topic is dropped.
+    /// - `TopicDeleted`: every run, producer batch and log start of the topic is dropped;
+    /// - `RunsCompacted`: the partition's runs inside the merged run's range move to the
+    ///   compacted object, if they are exactly the merged ones (see [`crate::meta`]);
+    /// - `RunAt`, `ObjectAt`, `ProducerBatchAt` (checkpoint-only): ignored here.
     ///
     /// Returns when the change is visible to later queries (not necessarily on disk: see the
     /// module doc).
@@ -584,8 +610,270 @@ impl Index {
                     .map_err(&e)?;
                 }
             }
+            MetaChange::RunsCompacted { run, object_id, .. } => {
+                self.move_runs(tx, run, *object_id)?;
+            }
+            // Checkpoint-only records: a flush object carrying them is not obeyed.
+            MetaChange::RunAt { .. }
+            | MetaChange::ObjectAt { .. }
+            | MetaChange::ProducerBatchAt { .. } => {}
         }
         Ok(())
+    }
+
+    /// Replaces the runs of `merged`'s partition wholly inside its `[base, last]` by `merged`
+    /// in object `object_id`, if they are exactly what was merged (bytes, records and batches
+    /// add up); otherwise changes nothing. Returns whether it replaced them.
+    fn move_runs(
+        &self,
+        tx: &Transaction<'_>,
+        merged: &RunEntry,
+        object_id: u64,
+    ) -> Result<bool, IndexError> {
+        let e = self.err("move runs to a compacted object");
+        let id = self.check_seq(object_id)?;
+        let key = params![
+            &merged.topic_id.0[..],
+            merged.partition,
+            merged.base_offset,
+            merged.last_offset
+        ];
+        let (count, bytes, records, batches): (i64, i64, i64, i64) = tx
+            .query_row(
+                "SELECT count(*), coalesce(sum(data_len), 0), coalesce(sum(record_count), 0),
+                    coalesce(sum(batch_count), 0)
+                 FROM runs WHERE topic = ?1 AND partition = ?2
+                    AND base_offset >= ?3 AND last_offset <= ?4",
+                key,
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .map_err(&e)?;
+        let exact = count > 0
+            && from_i(bytes) == merged.data_len
+            && from_i(records) == merged.record_count
+            && batches == i64::from(merged.batch_count);
+        if !exact {
+            return Ok(false);
+        }
+        tx.execute(
+            "DELETE FROM runs WHERE topic = ?1 AND partition = ?2
+                AND base_offset >= ?3 AND last_offset <= ?4",
+            key,
+        )
+        .map_err(&e)?;
+        self.insert_runs(tx, id, std::slice::from_ref(merged))?;
+        Ok(true)
+    }
+
+    /// Everything the index holds, read under one lock (so as of one last sequence): what a
+    /// checkpoint stores. Holds the index's lock while it reads (flusher commits wait).
+    pub fn snapshot(&self) -> Result<IndexSnapshot, IndexError> {
+        let inner = self.lock();
+        let e = self.err("read a snapshot");
+        let conn = &inner.conn;
+        let objects = conn
+            .prepare("SELECT seq, size, created_ms, state FROM objects ORDER BY seq")
+            .and_then(|mut st| {
+                st.query_map([], |r| {
+                    Ok(ObjectRow {
+                        sequence: from_i(r.get(0)?),
+                        size: from_i(r.get(1)?),
+                        created_ms: r.get(2)?,
+                        abandoned: r.get::<_, i64>(3)? == STATE_ABANDONED,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&e)?;
+        let runs = conn
+            .prepare(
+                "SELECT topic, partition, object_seq, base_offset, last_offset, max_timestamp,
+                    record_count, batch_count, data_offset, data_len, data_crc
+                 FROM runs ORDER BY topic, partition, base_offset",
+            )
+            .and_then(|mut st| {
+                st.query_map([], |r| {
+                    Ok((
+                        topic_of(r.get_ref(0)?.as_blob()?),
+                        r.get::<_, i32>(1)?,
+                        RunLocation {
+                            object_seq: from_i(r.get(2)?),
+                            base_offset: r.get(3)?,
+                            last_offset: r.get(4)?,
+                            max_timestamp: r.get(5)?,
+                            record_count: from_i(r.get(6)?),
+                            batch_count: r.get(7)?,
+                            data_offset: from_i(r.get(8)?),
+                            data_len: from_i(r.get(9)?),
+                            data_crc: r.get(10)?,
+                        },
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&e)?;
+        let producers = conn
+            .prepare(
+                "SELECT topic, partition, producer_id, epoch, first_seq, last_seq, base_offset,
+                    last_offset, object_seq
+                 FROM producers ORDER BY topic, partition, producer_id, base_offset",
+            )
+            .and_then(|mut st| {
+                st.query_map([], |r| {
+                    Ok((
+                        ProducerBatch {
+                            topic_id: topic_of(r.get_ref(0)?.as_blob()?),
+                            partition: r.get(1)?,
+                            producer_id: r.get(2)?,
+                            epoch: r.get(3)?,
+                            first_seq: r.get(4)?,
+                            last_seq: r.get(5)?,
+                            base_offset: r.get(6)?,
+                            last_offset: r.get(7)?,
+                        },
+                        from_i(r.get(8)?),
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&e)?;
+        let files = conn
+            .prepare("SELECT path, contents FROM files ORDER BY path")
+            .and_then(|mut st| {
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&e)?;
+        let log_starts = conn
+            .prepare("SELECT topic, partition, log_start FROM log_starts ORDER BY topic, partition")
+            .and_then(|mut st| {
+                st.query_map([], |r| {
+                    Ok((topic_of(r.get_ref(0)?.as_blob()?), r.get(1)?, r.get(2)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&e)?;
+        let abandoned = conn
+            .prepare("SELECT seq FROM abandoned ORDER BY seq")
+            .and_then(|mut st| {
+                st.query_map([], |r| r.get::<_, i64>(0).map(from_i))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&e)?;
+        Ok(IndexSnapshot {
+            last_sequence: inner.last_sequence,
+            objects,
+            runs,
+            producers,
+            files,
+            log_starts,
+            abandoned,
+        })
+    }
+
+    /// Replaces everything the index holds by `snapshot` (a loaded checkpoint), in one
+    /// transaction; the last sequence becomes the snapshot's. Durable as
+    /// [`apply`](Self::apply) is.
+    pub fn load_snapshot(&self, snapshot: &IndexSnapshot) -> Result<(), IndexError> {
+        let mut inner = self.lock();
+        let e = self.err("load a checkpoint");
+        let tx = inner.conn.transaction().map_err(&e)?;
+        for table in [
+            "objects",
+            "runs",
+            "producers",
+            "files",
+            "log_starts",
+            "abandoned",
+        ] {
+            tx.execute(&format!("DELETE FROM {table}"), [])
+                .map_err(&e)?;
+        }
+        for o in &snapshot.objects {
+            let seq = self.check_seq(o.sequence)?;
+            let state = if o.abandoned {
+                STATE_ABANDONED
+            } else {
+                STATE_APPLIED
+            };
+            tx.execute(
+                "INSERT OR REPLACE INTO objects (seq, size, created_ms, state) VALUES (?1, ?2, ?3, ?4)",
+                params![seq, u(o.size), o.created_ms, state],
+            )
+            .map_err(&e)?;
+        }
+        for (topic_id, partition, loc) in &snapshot.runs {
+            let id = self.check_seq(loc.object_seq)?;
+            self.insert_runs(&tx, id, &[loc.entry(*topic_id, *partition)])?;
+        }
+        for (b, object_seq) in &snapshot.producers {
+            tx.execute(
+                "INSERT OR REPLACE INTO producers (topic, partition, producer_id, epoch,
+                    first_seq, last_seq, base_offset, last_offset, object_seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    &b.topic_id.0[..],
+                    b.partition,
+                    b.producer_id,
+                    b.epoch,
+                    b.first_seq,
+                    b.last_seq,
+                    b.base_offset,
+                    b.last_offset,
+                    u(*object_seq),
+                ],
+            )
+            .map_err(&e)?;
+        }
+        for (path, contents) in &snapshot.files {
+            tx.execute(
+                "INSERT OR REPLACE INTO files (path, contents) VALUES (?1, ?2)",
+                params![path, contents],
+            )
+            .map_err(&e)?;
+        }
+        for (topic_id, partition, start) in &snapshot.log_starts {
+            tx.execute(
+                "INSERT OR REPLACE INTO log_starts (topic, partition, log_start) VALUES (?1, ?2, ?3)",
+                params![&topic_id.0[..], partition, start],
+            )
+            .map_err(&e)?;
+        }
+        for &s in &snapshot.abandoned {
+            let s = self.check_seq(s)?;
+            tx.execute("INSERT OR IGNORE INTO abandoned (seq) VALUES (?1)", [s])
+                .map_err(&e)?;
+        }
+        match snapshot.last_sequence {
+            Some(last) => tx.execute(
+                "INSERT OR REPLACE INTO settings (key, value) VALUES ('last_sequence', ?1)",
+                [last.to_string()],
+            ),
+            None => tx.execute("DELETE FROM settings WHERE key = 'last_sequence'", []),
+        }
+        .map_err(&e)?;
+        tx.commit().map_err(&e)?;
+        inner.last_sequence = snapshot.last_sequence;
+        Ok(())
+    }
+
+    /// The ids of the objects at or above `from` that hold a live run (e.g. every compacted
+    /// object still in use: `from` = [`crate::name::COMPACTED_ID_BASE`]).
+    pub fn referenced_objects_from(&self, from: u64) -> Result<BTreeSet<u64>, IndexError> {
+        let inner = self.lock();
+        let e = self.err("read referenced objects");
+        let from = from.min(SEQ_MAX) as i64;
+        let mut stmt = inner
+            .conn
+            .prepare_cached("SELECT DISTINCT object_seq FROM runs WHERE object_seq >= ?1")
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map([from], |r| r.get::<_, i64>(0))
+            .map_err(&e)?
+            .map(|r| r.map(from_i))
+            .collect::<Result<_, _>>()
+            .map_err(&e)?;
+        Ok(rows)
     }
 
     /// Records `seqs` as abandoned and drops what was applied of them.

@@ -31,6 +31,7 @@ pub mod flush;
 pub mod format;
 pub mod index;
 pub mod lease;
+pub mod maintenance;
 pub mod meta;
 pub mod metrics;
 pub mod name;

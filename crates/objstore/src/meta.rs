@@ -14,6 +14,10 @@
 //! | 5 | [`MetaChange::FileRemove`] | path (UTF-8, all of it) |
 //! | 6 | [`MetaChange::LogStart`] | topic id (16), partition `i32`, new log start offset `i64` |
 //! | 7 | [`MetaChange::TopicDeleted`] | topic id (16) |
+//! | 8 | [`MetaChange::RunAt`] | run entry (80, as in the object index), object id `u64` |
+//! | 9 | [`MetaChange::RunsCompacted`] | merged run entry (80), compacted object id `u64`, its size `u64` |
+//! | 10 | [`MetaChange::ObjectAt`] | sequence `u64`, size `u64`, created ms `i64`, abandoned `u8` (0/1) |
+//! | 11 | [`MetaChange::ProducerBatchAt`] | a kind-2 payload (54), then the holding object's sequence `u64` |
 //!
 //! - **Abandoned** names objects whose PUT the writer gave up on: their requests were answered
 //!   with an error, so a rebuild must skip them even if the store did create them (a PUT whose
@@ -28,9 +32,21 @@
 //! - **LogStart** moves a partition's log start (retention, record deletion): runs wholly below
 //!   it are dropped from the index.
 //! - **TopicDeleted** drops every run of the topic.
+//! - **RunsCompacted** (in a flush object, written by the compactor once the compacted object
+//!   is in the bucket) moves a partition's runs: the live runs wholly inside the merged run's
+//!   `[base, last]` are replaced by the merged run, which lives in the compacted object (ids:
+//!   [`crate::name`]), but only if they are exactly what was merged (their counts of bytes,
+//!   records and batches add up to the merged run's); otherwise (retention or a topic deletion
+//!   got there first) the record changes nothing and the compacted object is garbage.
+//! - **RunAt, ObjectAt, ProducerBatchAt** appear only in checkpoints
+//!   ([`crate::maintenance`]): the index's runs, known objects and producer batches with the
+//!   object each belongs to. A flush object carrying them is not applying them (the index
+//!   ignores them there).
+
+use bytes::BytesMut;
 
 use crate::error::ObjectError;
-use crate::format::TopicId;
+use crate::format::{INDEX_ENTRY_BYTES, RunEntry, TopicId};
 
 pub const KIND_ABANDONED: u16 = 1;
 pub const KIND_PRODUCER_BATCH: u16 = 2;
@@ -39,6 +55,10 @@ pub const KIND_FILE_APPEND: u16 = 4;
 pub const KIND_FILE_REMOVE: u16 = 5;
 pub const KIND_LOG_START: u16 = 6;
 pub const KIND_TOPIC_DELETED: u16 = 7;
+pub const KIND_RUN_AT: u16 = 8;
+pub const KIND_RUNS_COMPACTED: u16 = 9;
+pub const KIND_OBJECT_AT: u16 = 10;
+pub const KIND_PRODUCER_BATCH_AT: u16 = 11;
 
 /// Bytes of an encoded [`ProducerBatch`].
 pub const PRODUCER_BATCH_BYTES: usize = 16 + 4 + 8 + 2 + 4 + 4 + 8 + 8;
@@ -82,6 +102,30 @@ pub enum MetaChange {
     },
     TopicDeleted {
         topic_id: TopicId,
+    },
+    /// Checkpoint only: a live run and the id of the object holding it.
+    RunAt {
+        run: RunEntry,
+        object_id: u64,
+    },
+    /// A partition's runs inside `run`'s `[base, last]` now live in compacted object
+    /// `object_id` (`object_size` bytes) as `run`.
+    RunsCompacted {
+        run: RunEntry,
+        object_id: u64,
+        object_size: u64,
+    },
+    /// Checkpoint only: an object the index knows of.
+    ObjectAt {
+        sequence: u64,
+        size: u64,
+        created_ms: i64,
+        abandoned: bool,
+    },
+    /// Checkpoint only: a kept producer batch and the object that holds it.
+    ProducerBatchAt {
+        batch: ProducerBatch,
+        object_seq: u64,
     },
 }
 
@@ -135,6 +179,10 @@ impl MetaChange {
             MetaChange::FileRemove { .. } => KIND_FILE_REMOVE,
             MetaChange::LogStart { .. } => KIND_LOG_START,
             MetaChange::TopicDeleted { .. } => KIND_TOPIC_DELETED,
+            MetaChange::RunAt { .. } => KIND_RUN_AT,
+            MetaChange::RunsCompacted { .. } => KIND_RUNS_COMPACTED,
+            MetaChange::ObjectAt { .. } => KIND_OBJECT_AT,
+            MetaChange::ProducerBatchAt { .. } => KIND_PRODUCER_BATCH_AT,
         }
     }
 
@@ -147,15 +195,10 @@ impl MetaChange {
                     out.extend_from_slice(&s.to_be_bytes());
                 }
             }
-            MetaChange::ProducerBatch(b) => {
-                out.extend_from_slice(&b.topic_id.0);
-                out.extend_from_slice(&b.partition.to_be_bytes());
-                out.extend_from_slice(&b.producer_id.to_be_bytes());
-                out.extend_from_slice(&b.epoch.to_be_bytes());
-                out.extend_from_slice(&b.first_seq.to_be_bytes());
-                out.extend_from_slice(&b.last_seq.to_be_bytes());
-                out.extend_from_slice(&b.base_offset.to_be_bytes());
-                out.extend_from_slice(&b.last_offset.to_be_bytes());
+            MetaChange::ProducerBatch(b) => encode_producer(b, &mut out),
+            MetaChange::ProducerBatchAt { batch, object_seq } => {
+                encode_producer(batch, &mut out);
+                out.extend_from_slice(&object_seq.to_be_bytes());
             }
             MetaChange::FileWrite {
                 path,
@@ -177,6 +220,30 @@ impl MetaChange {
                 out.extend_from_slice(&offset.to_be_bytes());
             }
             MetaChange::TopicDeleted { topic_id } => out.extend_from_slice(&topic_id.0),
+            MetaChange::RunAt { run, object_id } => {
+                encode_run(run, &mut out);
+                out.extend_from_slice(&object_id.to_be_bytes());
+            }
+            MetaChange::RunsCompacted {
+                run,
+                object_id,
+                object_size,
+            } => {
+                encode_run(run, &mut out);
+                out.extend_from_slice(&object_id.to_be_bytes());
+                out.extend_from_slice(&object_size.to_be_bytes());
+            }
+            MetaChange::ObjectAt {
+                sequence,
+                size,
+                created_ms,
+                abandoned,
+            } => {
+                out.extend_from_slice(&sequence.to_be_bytes());
+                out.extend_from_slice(&size.to_be_bytes());
+                out.extend_from_slice(&created_ms.to_be_bytes());
+                out.push(u8::from(*abandoned));
+            }
         }
         out
     }
@@ -204,17 +271,54 @@ impl MetaChange {
                 if payload.len() != PRODUCER_BATCH_BYTES {
                     return Err(len_error("expected 54"));
                 }
+                MetaChange::ProducerBatch(decode_producer(&mut Fields(payload)))
+            }
+            KIND_PRODUCER_BATCH_AT => {
+                if payload.len() != PRODUCER_BATCH_BYTES + 8 {
+                    return Err(len_error("expected 62"));
+                }
                 let mut r = Fields(payload);
-                MetaChange::ProducerBatch(ProducerBatch {
-                    topic_id: r.topic(),
-                    partition: i32::from_be_bytes(r.take()),
-                    producer_id: i64::from_be_bytes(r.take()),
-                    epoch: i16::from_be_bytes(r.take()),
-                    first_seq: i32::from_be_bytes(r.take()),
-                    last_seq: i32::from_be_bytes(r.take()),
-                    base_offset: i64::from_be_bytes(r.take()),
-                    last_offset: i64::from_be_bytes(r.take()),
-                })
+                MetaChange::ProducerBatchAt {
+                    batch: decode_producer(&mut r),
+                    object_seq: u64::from_be_bytes(r.take()),
+                }
+            }
+            KIND_RUN_AT => {
+                if payload.len() != INDEX_ENTRY_BYTES + 8 {
+                    return Err(len_error("expected 88"));
+                }
+                let mut r = Fields(payload);
+                MetaChange::RunAt {
+                    run: RunEntry::decode(&r.take::<INDEX_ENTRY_BYTES>()),
+                    object_id: u64::from_be_bytes(r.take()),
+                }
+            }
+            KIND_RUNS_COMPACTED => {
+                if payload.len() != INDEX_ENTRY_BYTES + 16 {
+                    return Err(len_error("expected 96"));
+                }
+                let mut r = Fields(payload);
+                MetaChange::RunsCompacted {
+                    run: RunEntry::decode(&r.take::<INDEX_ENTRY_BYTES>()),
+                    object_id: u64::from_be_bytes(r.take()),
+                    object_size: u64::from_be_bytes(r.take()),
+                }
+            }
+            KIND_OBJECT_AT => {
+                if payload.len() != 25 {
+                    return Err(len_error("expected 25"));
+                }
+                let mut r = Fields(payload);
+                MetaChange::ObjectAt {
+                    sequence: u64::from_be_bytes(r.take()),
+                    size: u64::from_be_bytes(r.take()),
+                    created_ms: i64::from_be_bytes(r.take()),
+                    abandoned: match r.take::<1>() {
+                        [0] => false,
+                        [1] => true,
+                        _ => return Err(len_error("expected 0 or 1 as the abandoned flag")),
+                    },
+                }
             }
             KIND_FILE_WRITE | KIND_FILE_APPEND => {
                 if payload.len() < 2 {
@@ -270,6 +374,36 @@ impl MetaChange {
     }
 }
 
+fn encode_producer(b: &ProducerBatch, out: &mut Vec<u8>) {
+    out.extend_from_slice(&b.topic_id.0);
+    out.extend_from_slice(&b.partition.to_be_bytes());
+    out.extend_from_slice(&b.producer_id.to_be_bytes());
+    out.extend_from_slice(&b.epoch.to_be_bytes());
+    out.extend_from_slice(&b.first_seq.to_be_bytes());
+    out.extend_from_slice(&b.last_seq.to_be_bytes());
+    out.extend_from_slice(&b.base_offset.to_be_bytes());
+    out.extend_from_slice(&b.last_offset.to_be_bytes());
+}
+
+fn decode_producer(r: &mut Fields<'_>) -> ProducerBatch {
+    ProducerBatch {
+        topic_id: r.topic(),
+        partition: i32::from_be_bytes(r.take()),
+        producer_id: i64::from_be_bytes(r.take()),
+        epoch: i16::from_be_bytes(r.take()),
+        first_seq: i32::from_be_bytes(r.take()),
+        last_seq: i32::from_be_bytes(r.take()),
+        base_offset: i64::from_be_bytes(r.take()),
+        last_offset: i64::from_be_bytes(r.take()),
+    }
+}
+
+fn encode_run(run: &RunEntry, out: &mut Vec<u8>) {
+    let mut buf = BytesMut::with_capacity(INDEX_ENTRY_BYTES);
+    run.encode(&mut buf);
+    out.extend_from_slice(&buf);
+}
+
 /// Reads fixed-size fields off the front of a payload whose length was checked.
 struct Fields<'a>(&'a [u8]);
 
@@ -320,6 +454,56 @@ mod tests {
                 offset: 42,
             },
             MetaChange::TopicDeleted { topic_id },
+            MetaChange::RunAt {
+                run: RunEntry {
+                    topic_id,
+                    partition: 3,
+                    batch_count: 2,
+                    base_offset: 10,
+                    last_offset: 19,
+                    max_timestamp: -5,
+                    record_count: 10,
+                    data_offset: 40,
+                    data_len: 777,
+                    data_crc: 0xfeed_f00d,
+                },
+                object_id: crate::name::COMPACTED_ID_BASE + 3,
+            },
+            MetaChange::RunsCompacted {
+                run: RunEntry {
+                    topic_id,
+                    partition: 0,
+                    batch_count: 9,
+                    base_offset: 0,
+                    last_offset: 99,
+                    max_timestamp: 1_700_000_000_000,
+                    record_count: 100,
+                    data_offset: 40,
+                    data_len: 9000,
+                    data_crc: 1,
+                },
+                object_id: crate::name::COMPACTED_ID_BASE,
+                object_size: 9200,
+            },
+            MetaChange::ObjectAt {
+                sequence: 42,
+                size: 1234,
+                created_ms: 1_700_000_000_000,
+                abandoned: true,
+            },
+            MetaChange::ProducerBatchAt {
+                batch: ProducerBatch {
+                    topic_id,
+                    partition: 1,
+                    producer_id: 5,
+                    epoch: 1,
+                    first_seq: 0,
+                    last_seq: 4,
+                    base_offset: 10,
+                    last_offset: 14,
+                },
+                object_seq: 17,
+            },
         ]
     }
 

@@ -3,7 +3,14 @@
 //! ```text
 //! PREFIX/objects/00000000000000000042.sluice       flush object with sequence number 42
 //! PREFIX/checkpoints/00000000000000000042.sluice   checkpoint taken after flush object 42
+//! PREFIX/compacted/00000000000000000007.sluice     compacted object number 7
 //! ```
+//!
+//! **Object ids.** The index and the read cache name the object that holds a run by one `u64`:
+//! a flush object by its sequence number, a compacted object (written by
+//! [`crate::maintenance`], one partition's runs merged) by [`COMPACTED_ID_BASE`] + its number.
+//! Flush sequence numbers stay far below that base (2^62: a trillion objects a second for
+//! fifty days), so the two never meet; [`data_object_name`] maps an id to its key.
 //!
 //! The sequence number is written as exactly 20 decimal digits, zero-padded (20 digits hold
 //! every `u64`), so names sort as strings in sequence order: an object-store LIST, which returns
@@ -18,6 +25,11 @@ use crate::error::{ObjectError, Result};
 
 const OBJECTS_DIR: &str = "objects/";
 const CHECKPOINTS_DIR: &str = "checkpoints/";
+const COMPACTED_DIR: &str = "compacted/";
+
+/// Object ids at and above this name compacted objects (see the module doc); below it, flush
+/// objects. Positive as an `i64`, so the index stores it like any sequence number.
+pub const COMPACTED_ID_BASE: u64 = 1 << 62;
 const SUFFIX: &str = ".sluice";
 const DIGITS: usize = 20;
 
@@ -28,6 +40,8 @@ pub enum ObjectName {
     Flush(u64),
     /// A checkpoint taken after the flush object with this sequence number.
     Checkpoint(u64),
+    /// A compacted object with this object id ([`COMPACTED_ID_BASE`] + its number).
+    Compacted(u64),
 }
 
 fn trimmed(prefix: &str) -> &str {
@@ -51,6 +65,28 @@ pub fn objects_prefix(prefix: &str) -> String {
 /// The key prefix every checkpoint's name starts with (for LIST), ending in `/`.
 pub fn checkpoints_prefix(prefix: &str) -> String {
     dir(prefix, CHECKPOINTS_DIR)
+}
+
+/// The key prefix every compacted object's name starts with (for LIST), ending in `/`.
+pub fn compacted_prefix(prefix: &str) -> String {
+    dir(prefix, COMPACTED_DIR)
+}
+
+/// The name of the compacted object with id `id` (≥ [`COMPACTED_ID_BASE`]; a smaller id is
+/// taken as number 0).
+pub fn compacted_name(prefix: &str, id: u64) -> String {
+    let n = id.saturating_sub(COMPACTED_ID_BASE);
+    format!("{}{n:020}{SUFFIX}", compacted_prefix(prefix))
+}
+
+/// The name of the object that holds runs with this object id: a compacted object at or
+/// above [`COMPACTED_ID_BASE`], else a flush object.
+pub fn data_object_name(prefix: &str, id: u64) -> String {
+    if id >= COMPACTED_ID_BASE {
+        compacted_name(prefix, id)
+    } else {
+        object_name(prefix, id)
+    }
 }
 
 /// The name of flush object `sequence`.
@@ -79,12 +115,16 @@ pub fn parse_name(prefix: &str, name: &str) -> Result<ObjectName> {
             .and_then(|r| r.strip_prefix('/'))
             .ok_or_else(|| foreign("it is not under the storage prefix"))?
     };
-    let (rest, checkpoint) = if let Some(r) = rest.strip_prefix(OBJECTS_DIR) {
-        (r, false)
+    let (rest, dir) = if let Some(r) = rest.strip_prefix(OBJECTS_DIR) {
+        (r, OBJECTS_DIR)
     } else if let Some(r) = rest.strip_prefix(CHECKPOINTS_DIR) {
-        (r, true)
+        (r, CHECKPOINTS_DIR)
+    } else if let Some(r) = rest.strip_prefix(COMPACTED_DIR) {
+        (r, COMPACTED_DIR)
     } else {
-        return Err(foreign("it is in neither objects/ nor checkpoints/"));
+        return Err(foreign(
+            "it is in none of objects/, checkpoints/ and compacted/",
+        ));
     };
     let digits = rest
         .strip_suffix(SUFFIX)
@@ -97,10 +137,15 @@ pub fn parse_name(prefix: &str, name: &str) -> Result<ObjectName> {
     let sequence: u64 = digits
         .parse()
         .map_err(|_| foreign("the sequence number does not fit in 64 bits"))?;
-    Ok(if checkpoint {
-        ObjectName::Checkpoint(sequence)
-    } else {
-        ObjectName::Flush(sequence)
+    Ok(match dir {
+        OBJECTS_DIR => ObjectName::Flush(sequence),
+        CHECKPOINTS_DIR => ObjectName::Checkpoint(sequence),
+        _ => {
+            if sequence >= COMPACTED_ID_BASE {
+                return Err(foreign("the compacted object number is beyond 2^62"));
+            }
+            ObjectName::Compacted(COMPACTED_ID_BASE + sequence)
+        }
     })
 }
 
@@ -139,6 +184,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn compacted_ids_map_to_their_own_directory() {
+        let id = COMPACTED_ID_BASE + 7;
+        assert_eq!(
+            data_object_name("p", id),
+            "p/compacted/00000000000000000007.sluice"
+        );
+        assert_eq!(data_object_name("p", 7), object_name("p", 7));
+        assert_eq!(
+            parse_name("p", &data_object_name("p", id)),
+            Ok(ObjectName::Compacted(id))
+        );
+        assert!(parse_name("p", "p/compacted/09999999999999999999.sluice").is_err());
     }
 
     #[test]

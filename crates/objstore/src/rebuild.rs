@@ -15,11 +15,14 @@
 //! sequence order: the abandoned ones are skipped. Memory: one summary per object (runs and
 //! metadata records, no data).
 //!
-//! Checkpoints (future work): when `PREFIX/checkpoints/` holds a checkpoint newer than the
-//! index's last sequence, a rebuild will start from it (load the snapshot, then list the
-//! objects after it) instead of from the first object. No checkpoint is written yet, so
-//! [`catch_up`] reads every object after the index's last sequence; the place to add it is
-//! marked in the code.
+//! **Checkpoints** ([`crate::maintenance`]): when `PREFIX/checkpoints/` holds a checkpoint
+//! newer than the index's last sequence (or the index is empty), [`catch_up`] first loads the
+//! newest one into the index (one GET; it replaces the whole state), then lists and applies
+//! only the objects after it. So a rebuild reads a bounded amount however long the history.
+//! A checkpoint that does not parse is passed over, with a warning, for the one before it; if
+//! none of the checkpoints newer than the index parses, the catch-up stops with an error
+//! rather than rebuild from objects the cleaner may have deleted (it never silently skips
+//! data).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -32,8 +35,9 @@ use crate::bucket::Bucket;
 use crate::error::ObjectError;
 use crate::format::FOOTER_BYTES;
 use crate::index::{Index, IndexError, ObjectSummary};
+use crate::maintenance::{MaintenanceError, list_checkpoints, read_checkpoint};
 use crate::meta::MetaChange;
-use crate::name::{ObjectName, object_name, objects_prefix, parse_name};
+use crate::name::{ObjectName, checkpoint_name, object_name, objects_prefix, parse_name};
 use crate::reader::{parse_footer, parse_index, parse_meta};
 
 /// Objects whose footer and sections are being read at once. Each holds one small GET in
@@ -52,6 +56,8 @@ pub struct CatchUp {
     pub bytes_read: u64,
     /// The index's last sequence afterwards.
     pub last_sequence: Option<u64>,
+    /// The checkpoint loaded first (its sequence), if any.
+    pub checkpoint: Option<u64>,
     pub elapsed: Duration,
 }
 
@@ -100,6 +106,9 @@ pub enum RebuildError {
         asked: std::ops::Range<u64>,
         got: u64,
     },
+    /// No checkpoint newer than the index could be read.
+    #[error("{0}")]
+    Checkpoint(String),
     #[error(transparent)]
     Index(#[from] IndexError),
 }
@@ -119,10 +128,49 @@ pub async fn catch_up(bucket: &Bucket, index: &Index) -> Result<CatchUp, Rebuild
     let started = Instant::now();
     let store = bucket.store();
     let prefix = bucket.url().prefix().to_owned();
-    let last = index.last_sequence();
+    let mut last = index.last_sequence();
+    let mut bytes_read = 0u64;
+    let mut checkpoint = None;
 
-    // Future work: start from the newest checkpoint under `checkpoints/` if it is newer than
-    // `last` (load it into the index, then list after its sequence).
+    let newer: Vec<u64> = list_checkpoints(bucket)
+        .await
+        .map_err(|e| match e {
+            MaintenanceError::Store { key, source, .. } => RebuildError::List {
+                prefix: key,
+                source,
+            },
+            other => RebuildError::Checkpoint(other.to_string()),
+        })?
+        .into_iter()
+        .rev()
+        .filter(|&s| last.is_none_or(|l| s > l))
+        .collect();
+    if let Some(&newest) = newer.first() {
+        let mut unreadable = Vec::new();
+        for seq in newer {
+            match read_checkpoint(bucket, seq).await {
+                Ok((snapshot, bytes)) => {
+                    index.load_snapshot(&snapshot)?;
+                    bytes_read += bytes;
+                    checkpoint = Some(seq);
+                    break;
+                }
+                Err(e @ MaintenanceError::Corrupt { .. }) => {
+                    tracing::warn!(error = %e, "passing over an unreadable checkpoint for the one before it");
+                    unreadable.push(e.to_string());
+                }
+                Err(e) => return Err(RebuildError::Checkpoint(e.to_string())),
+            }
+        }
+        if checkpoint.is_none() {
+            return Err(RebuildError::Checkpoint(format!(
+                "no checkpoint up to {} is readable ({}); objects they covered may be deleted, so the index cannot be rebuilt from the objects alone",
+                checkpoint_name(&prefix, newest),
+                unreadable.join("; ")
+            )));
+        }
+        last = index.last_sequence();
+    }
 
     let list_prefix = Path::from(objects_prefix(&prefix));
     let listing = match last {
@@ -180,7 +228,8 @@ pub async fn catch_up(bucket: &Bucket, index: &Index) -> Result<CatchUp, Rebuild
     let mut report = CatchUp {
         objects_applied: 0,
         objects_skipped: 0,
-        bytes_read: 0,
+        bytes_read,
+        checkpoint,
         last_sequence: last,
         elapsed: Duration::ZERO,
     };
