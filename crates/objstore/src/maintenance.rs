@@ -88,8 +88,9 @@ pub const CHECKPOINTS_KEPT: usize = 2;
 /// (about a second) after loading it.
 pub const DEFAULT_CHECKPOINT_INTERVAL_OBJECTS: u64 = 1000;
 /// Default of [`MaintenanceSettings::tick`]: how often the task looks for work. Short enough
-/// that objects do not pile up between rounds, long enough to cost nothing when idle (one
-/// index query per round, plus one LIST of `compacted/` when there are compacted objects).
+/// that objects do not pile up between rounds, long enough to cost little when idle (a read
+/// of the index's runs to look for compaction, plus one LIST of `compacted/` when there are
+/// compacted objects).
 pub const DEFAULT_TICK: Duration = Duration::from_secs(5);
 /// Default of [`MaintenanceSettings::compact_min_runs`].
 pub const DEFAULT_COMPACT_MIN_RUNS: usize = 8;
@@ -1584,5 +1585,63 @@ mod tests {
         .await;
         worker.clean(&*p, &mut report).await.unwrap();
         assert!(report.compacted_deleted >= 1, "{report:?}");
+    }
+
+    #[tokio::test]
+    async fn failed_puts_and_deletes_are_retried_next_round_and_lose_nothing() {
+        use sluice_testkit::faulty::{ErrorKind, FaultyStore, Op};
+        let dir = tempfile::tempdir().unwrap();
+        let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new())));
+        let bucket = Bucket::from_store(StorageUrl::parse(URL).unwrap(), faulty.clone(), "faulty");
+        let p = parts(&bucket, dir.path(), "live.sqlite");
+        let mut worker = Worker::new(
+            MaintenanceSettings {
+                compact_min_runs: 4,
+                ..MaintenanceSettings::default()
+            },
+            1,
+        );
+        let mut next = [0i64; 2];
+        history(&p, 10, &mut next).await;
+        let before = partition_bytes(&p.index, &p.cache, T1, 0).await;
+        let mut report = RoundReport::default();
+        worker.checkpoint(&*p, true, &mut report).await.unwrap();
+
+        // The compacted object's PUT fails: nothing moves; the next try succeeds.
+        let runs_before = p.index.runs(T1, 0).unwrap();
+        faulty.fail_next(Op::Put, 1, ErrorKind::Generic);
+        let err = worker.compact(&*p, &mut report).await.unwrap_err();
+        assert!(err.to_string().contains("compacted/"), "{err}");
+        assert_eq!(p.index.runs(T1, 0).unwrap(), runs_before);
+        worker.compact(&*p, &mut report).await.unwrap();
+        assert_eq!(report.runs_compacted, 5);
+        assert_eq!(p.index.runs(T1, 0).unwrap().len(), 1);
+
+        // A failed checkpoint PUT is an error, and nothing counts as covered by it.
+        history(&p, 2, &mut next).await;
+        faulty.fail_next(Op::Put, 1, ErrorKind::Generic);
+        assert!(worker.checkpoint(&*p, true, &mut report).await.is_err());
+        assert_eq!(list_checkpoints(&bucket).await.unwrap().len(), 1);
+        worker.clean(&*p, &mut report).await.unwrap();
+        assert_eq!(report.objects_deleted, 0);
+        worker.checkpoint(&*p, true, &mut report).await.unwrap();
+
+        // One DELETE fails: the others go, that one stays known and goes next round.
+        let candidates = p.index.unreferenced_objects(u64::MAX).unwrap().len();
+        assert!(candidates >= 5, "{candidates}");
+        faulty.fail_next(Op::Delete, 1, ErrorKind::Generic);
+        assert!(worker.clean(&*p, &mut report).await.is_err());
+        let first = report.objects_deleted;
+        assert!(first >= 1, "{report:?}");
+        worker.clean(&*p, &mut report).await.unwrap();
+        assert_eq!(report.objects_deleted, first + 1, "{report:?}");
+
+        // The reads never changed, and a rebuild from the bucket agrees.
+        let now = partition_bytes(&p.index, &p.cache, T1, 0).await;
+        assert_eq!(&now[..before.len()], &before[..]);
+        let rebuilt = Index::open(&dir.path().join("rebuilt.sqlite"), URL).unwrap();
+        catch_up(&bucket, &rebuilt).await.unwrap();
+        let fresh = cache(&bucket, &dir.path().join("fresh"));
+        assert_eq!(partition_bytes(&rebuilt, &fresh, T1, 0).await, now);
     }
 }
