@@ -155,6 +155,13 @@ pub trait Host: Send + Sync + 'static {
         partition: i32,
         merged: &RunLocation,
     ) -> Option<StaleCheck>;
+    /// Whether compacting this partition's runs now is worthwhile: `false` when a reader
+    /// that cannot be told of the move is open, so the sources would have to stay (the
+    /// bucket would hold the data twice). Checked before each compaction.
+    fn may_compact(&self, topic_id: TopicId, partition: i32) -> bool {
+        let _ = (topic_id, partition);
+        true
+    }
 }
 
 /// Why a maintenance step failed; it is tried again next round. One line each.
@@ -694,6 +701,9 @@ impl Worker {
     fn pick(&self, host: &dyn Host, covered: u64) -> Result<Option<Group>, MaintenanceError> {
         let index = host.index();
         for part in index.partitions()? {
+            if !host.may_compact(part.topic_id, part.partition) {
+                continue;
+            }
             let runs = index.runs(part.topic_id, part.partition)?;
             let mut group: Vec<RunLocation> = Vec::new();
             let mut bytes = 0u64;
@@ -1061,7 +1071,13 @@ impl Host for crate::backend::Core {
     }
     /// An open partition keeps the runs it had at open (or was told of since) in memory and
     /// cannot be told of a move yet: while that partition object lives, the sources stay.
-    /// A partition opened after the move reads the index, which has it.
+    /// A partition opened after the move reads the index, which has it. (Only reached when a
+    /// partition was opened during the compaction: see `may_compact`.)
+    /// Only partitions no reader has open: an open `ObjectPartition` cannot be told of a
+    /// move yet, so compacting it would keep the data twice until the next start.
+    fn may_compact(&self, topic_id: TopicId, partition: i32) -> bool {
+        self.live_partition(topic_id, partition).is_none()
+    }
     fn runs_moved(&self, topic_id: TopicId, partition: i32, _: &RunLocation) -> Option<StaleCheck> {
         let open = self.live_partition(topic_id, partition)?;
         let weak = Arc::downgrade(&open);
