@@ -205,6 +205,7 @@ async fn open_object_storage(
             ..sluice_objstore::cache::CacheSettings::new(data_dir)
         },
         lease: Default::default(),
+        maintenance: Default::default(),
     };
     let (backend, report) = ObjectBackend::open(
         config,

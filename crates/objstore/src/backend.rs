@@ -47,6 +47,8 @@ pub struct ObjectSettings {
     /// `dir` is replaced by `<data dir>/objstore/cache`.
     pub cache: CacheSettings,
     pub lease: LeaseSettings,
+    /// Checkpoints, compaction and cleaning (`crate::maintenance`).
+    pub maintenance: crate::maintenance::MaintenanceSettings,
 }
 
 /// Why object-storage mode could not start; one line each, printed as is.
@@ -280,11 +282,8 @@ impl ObjectBackend {
         );
         let _ = core.flusher.set(flusher);
         let host: Weak<dyn crate::maintenance::Host> = Arc::downgrade(&core) as _;
-        let maintenance = crate::maintenance::Maintenance::start(
-            host,
-            epoch.0,
-            crate::maintenance::MaintenanceSettings::default(),
-        );
+        let maintenance =
+            crate::maintenance::Maintenance::start(host, epoch.0, settings.maintenance);
         let report = OpenReport {
             epoch: epoch.0,
             objects_applied: caught.objects_applied,

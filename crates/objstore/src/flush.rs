@@ -1043,6 +1043,10 @@ impl Task {
                         st.stopped.get_or_insert_with(|| error.clone());
                     }
                     let failed = slot.sequence;
+                    // Take the objects after it (sealing the open one) before its tickets
+                    // resolve: an add made after a caller saw this failure must go into a
+                    // new object, not into one given up with it.
+                    let followers = self.take_followers();
                     self.abandon(
                         slot.sequence,
                         slot.runs,
@@ -1050,7 +1054,7 @@ impl Task {
                         &slot.outcome,
                         error.clone(),
                     );
-                    self.give_up_after(failed, &error);
+                    self.give_up_after(failed, &error, followers);
                 }
             }
         }
@@ -1062,7 +1066,24 @@ impl Task {
 
     /// Gives up every object after `failed`: the rest of the window (even PUTs that
     /// succeeded), the sealed ones and the open one. A final error stops the flusher.
-    fn give_up_after(&mut self, failed: u64, error: &FlushError) {
+    /// The objects after the window's front: the rest of the window, and the sealed ones
+    /// with the open one sealed too.
+    fn take_followers(&mut self) -> (VecDeque<Slot>, Vec<Sealed>) {
+        let window = std::mem::take(&mut self.window);
+        let sealed: Vec<Sealed> = {
+            let mut st = self.shared.lock();
+            st.seal_open(Instant::now());
+            st.sealed.drain(..).collect()
+        };
+        (window, sealed)
+    }
+
+    fn give_up_after(
+        &mut self,
+        failed: u64,
+        error: &FlushError,
+        (window, sealed): (VecDeque<Slot>, Vec<Sealed>),
+    ) {
         let follower = |sequence: u64, sealed_at: Instant| {
             if error.is_final() {
                 error.clone()
@@ -1074,18 +1095,13 @@ impl Task {
                 }
             }
         };
-        for slot in std::mem::take(&mut self.window) {
+        for slot in window {
             if let SlotState::Putting(abort) = &slot.state {
                 abort.abort();
             }
             let e = follower(slot.sequence, slot.sealed_at);
             self.abandon(slot.sequence, slot.runs, slot.meta, &slot.outcome, e);
         }
-        let sealed: Vec<Sealed> = {
-            let mut st = self.shared.lock();
-            st.seal_open(Instant::now());
-            st.sealed.drain(..).collect()
-        };
         for Sealed {
             mut object,
             sealed_at,

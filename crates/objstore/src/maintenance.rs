@@ -1069,17 +1069,18 @@ impl Host for crate::backend::Core {
     fn now_ms(&self) -> i64 {
         crate::backend::Core::now_ms(self)
     }
-    /// An open partition keeps the runs it had at open (or was told of since) in memory and
-    /// cannot be told of a move yet: while that partition object lives, the sources stay.
-    /// A partition opened after the move reads the index, which has it. (Only reached when a
-    /// partition was opened during the compaction: see `may_compact`.)
-    /// Only partitions no reader has open: an open `ObjectPartition` cannot be told of a
-    /// move yet, so compacting it would keep the data twice until the next start.
-    fn may_compact(&self, topic_id: TopicId, partition: i32) -> bool {
-        self.live_partition(topic_id, partition).is_none()
-    }
-    fn runs_moved(&self, topic_id: TopicId, partition: i32, _: &RunLocation) -> Option<StaleCheck> {
+    /// An open partition switches its in-memory runs to the merged one; if it cannot (its
+    /// runs changed meanwhile), the sources stay while it lives.
+    fn runs_moved(
+        &self,
+        topic_id: TopicId,
+        partition: i32,
+        merged: &RunLocation,
+    ) -> Option<StaleCheck> {
         let open = self.live_partition(topic_id, partition)?;
+        if open.replace_runs(merged) {
+            return None;
+        }
         let weak = Arc::downgrade(&open);
         drop(open);
         Some(Box::new(move || weak.strong_count() > 0))

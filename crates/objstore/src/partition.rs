@@ -17,6 +17,7 @@
 //!   GETs). Every run read is checked against its CRC before a byte of it is served.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -47,6 +48,10 @@ pub struct ObjectPartition {
     /// Woken when the high watermark moves or the partition is deleted.
     changed: Notify,
     config: Mutex<LogConfig>,
+    /// The ranges the last `prepare_read` loaded, kept until the next one: the read that
+    /// follows finds them even when the caches could not keep them (a range larger than the
+    /// cache, or caches turned off). Bounded by what one read asks for.
+    loaded: Mutex<Vec<(u64, Range<u64>, Bytes)>>,
 }
 
 impl std::fmt::Debug for ObjectPartition {
@@ -123,6 +128,7 @@ impl ObjectPartition {
             }),
             changed: Notify::new(),
             config: Mutex::new(config),
+            loaded: Mutex::new(Vec::new()),
         })
     }
 
@@ -161,6 +167,38 @@ impl ObjectPartition {
         st.high_watermark = st.high_watermark.max(run.last_offset + 1);
         drop(st);
         self.changed.notify_waiters();
+    }
+
+    /// A compaction moved the runs inside `merged`'s offset range into `merged` (the move is
+    /// durable and in the index): readers switch to it. True if the runs found there add up
+    /// to `merged` exactly (bytes, records, batches) and were replaced; false if they changed
+    /// meanwhile (retention, deletion) and nothing moved.
+    pub(crate) fn replace_runs(&self, merged: &RunLocation) -> bool {
+        let mut st = self.lock();
+        if st.closed {
+            return false;
+        }
+        let inside: Vec<RunLocation> = st
+            .runs
+            .range(merged.base_offset..=merged.last_offset)
+            .map(|(_, r)| *r)
+            .filter(|r| r.base_offset >= merged.base_offset)
+            .collect();
+        let (bytes, records, batches) = inside.iter().fold((0, 0, 0), |(b, r, n), run| {
+            (b + run.data_len, r + run.record_count, n + run.batch_count)
+        });
+        if inside.is_empty()
+            || bytes != merged.data_len
+            || records != merged.record_count
+            || batches != merged.batch_count
+        {
+            return false;
+        }
+        for run in &inside {
+            st.runs.remove(&run.last_offset);
+        }
+        st.runs.insert(merged.last_offset, *merged);
+        true
     }
 
     /// An object holding `run` was given up: its offsets stay a gap.
@@ -202,7 +240,19 @@ impl ObjectPartition {
 
     /// The run's bytes from the cache, CRC-checked; `None` if not cached.
     fn cached_run(&self, run: &RunLocation) -> Result<Option<Bytes>, StorageError> {
-        let Some(bytes) = self.core.cache().get(run.object_seq, range_of(run)) else {
+        let range = range_of(run);
+        let bytes = self
+            .core
+            .cache()
+            .get(run.object_seq, range.clone())
+            .or_else(|| {
+                let loaded = self.loaded.lock().expect("loaded lock");
+                loaded
+                    .iter()
+                    .find(|(seq, r, _)| *seq == run.object_seq && *r == range)
+                    .map(|(_, _, b)| b.clone())
+            });
+        let Some(bytes) = bytes else {
             return Ok(None);
         };
         if let Err(e) = verify_run(&bytes, &self.entry(run)) {
@@ -234,7 +284,7 @@ fn location_of(object_seq: u64, run: &RunEntry) -> RunLocation {
 }
 
 /// The run's byte range in its object.
-fn range_of(run: &RunLocation) -> std::ops::Range<u64> {
+fn range_of(run: &RunLocation) -> Range<u64> {
     run.data_offset..run.data_offset.saturating_add(run.data_len)
 }
 
@@ -418,9 +468,15 @@ impl PartitionStorage for ObjectPartition {
                 let loads = missing
                     .iter()
                     .map(|r| self.core.cache().load(r.object_seq, range_of(r)));
-                for loaded in futures_util::future::join_all(loads).await {
-                    loaded.map_err(|e| self.store_error("read from the bucket", e))?;
+                let mut kept = Vec::with_capacity(missing.len());
+                for (run, loaded) in missing
+                    .iter()
+                    .zip(futures_util::future::join_all(loads).await)
+                {
+                    let bytes = loaded.map_err(|e| self.store_error("read from the bucket", e))?;
+                    kept.push((run.object_seq, range_of(run), bytes));
                 }
+                *self.loaded.lock().expect("loaded lock") = kept;
                 Ok(())
             }
             .boxed(),

@@ -33,6 +33,7 @@ async fn open(store: Arc<dyn ObjectStore>, dir: &std::path::Path) -> (ObjectBack
         },
         cache: CacheSettings::new(dir),
         lease: LeaseSettings::default(),
+        maintenance: Default::default(),
     };
     ObjectBackend::open_on(bucket(store), dir, settings, Arc::new(SystemClock))
         .await

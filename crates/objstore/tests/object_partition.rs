@@ -15,6 +15,7 @@ use sluice_log::{LogConfig, LogError};
 use sluice_objstore::cache::CacheSettings;
 use sluice_objstore::flush::FlushSettings;
 use sluice_objstore::lease::SystemClock;
+use sluice_objstore::maintenance::MaintenanceSettings;
 use sluice_objstore::{Bucket, LeaseSettings, ObjectBackend, ObjectSettings, StorageUrl};
 use sluice_storage::{PartitionOpener, PartitionStorage};
 use sluice_testkit::FaultyStore;
@@ -33,12 +34,21 @@ fn settings(dir: &std::path::Path) -> ObjectSettings {
         },
         cache: CacheSettings::new(dir),
         lease: LeaseSettings::default(),
+        maintenance: MaintenanceSettings::default(),
     }
 }
 
 async fn open(store: Arc<dyn ObjectStore>, dir: &std::path::Path) -> ObjectBackend {
+    open_with(store, dir, settings(dir)).await
+}
+
+async fn open_with(
+    store: Arc<dyn ObjectStore>,
+    dir: &std::path::Path,
+    settings: ObjectSettings,
+) -> ObjectBackend {
     let bucket = Bucket::from_store(StorageUrl::parse("s3://bucket/p").unwrap(), store, "memory");
-    ObjectBackend::open_on(bucket, dir, settings(dir), Arc::new(SystemClock))
+    ObjectBackend::open_on(bucket, dir, settings, Arc::new(SystemClock))
         .await
         .unwrap()
         .0
@@ -202,5 +212,73 @@ async fn retention_moves_the_log_start_and_deletion_closes_the_partition() {
     p.delete().unwrap();
     assert!(matches!(p.read(3, 1), Err(LogError::Closed { .. })));
     assert!(p.append(&one("e")).is_err());
+    backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_partition_reads_through_compaction_and_cleaning() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path());
+    // No caches: every read is a GET, so a read of a deleted object would fail.
+    s.cache.memory_bytes = 0;
+    s.cache.disk_bytes = 0;
+    s.maintenance = MaintenanceSettings {
+        tick: Duration::from_millis(50),
+        checkpoint_interval_objects: 3,
+        compact_min_runs: 2,
+        ..MaintenanceSettings::default()
+    };
+    let backend = open_with(Arc::clone(&store), dir.path(), s).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    let letters = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];
+    for v in letters {
+        // One object each (the linger passes between appends).
+        p.append(&one(v)).unwrap().durable().await.unwrap();
+    }
+    let want: Vec<(i64, String)> = letters
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as i64, (*v).to_owned()))
+        .collect();
+    // Wait until compacted objects exist and flush objects were deleted, reading all along.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert_eq!(read_all(&*p, 0).await[..letters.len()], want[..]);
+        let compacted = store
+            .list_with_delimiter(Some(&object_store::path::Path::from("p/compacted")))
+            .await
+            .unwrap()
+            .objects
+            .len();
+        let flushed = store
+            .list_with_delimiter(Some(&object_store::path::Path::from("p/objects")))
+            .await
+            .unwrap()
+            .objects
+            .len();
+        if compacted > 0 && flushed < letters.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction and cleaning within 20 s ({compacted} compacted, {flushed} flush objects)"
+        );
+        // More objects move the checkpoints (and so what may be compacted and cleaned) on.
+        p.append(&one("z")).unwrap().durable().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(read_all(&*p, 0).await[..letters.len()], want[..]);
+    backend.shutdown().await;
+
+    // A new data directory agrees.
+    let dir2 = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir2.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    assert_eq!(read_all(&*p, 0).await[..letters.len()], want[..]);
     backend.shutdown().await;
 }
