@@ -340,6 +340,11 @@ impl ObjectBackend {
         self.core.now_ms()
     }
 
+    /// The maintenance task's counters (checkpoints, deletions, compactions).
+    pub fn maintenance_stats(&self) -> crate::maintenance::MaintenanceStats {
+        self.maintenance.stats()
+    }
+
     /// This backend's series for `/metrics` (Prometheus text).
     pub fn render_metrics(&self) -> String {
         crate::metrics::render(self)

@@ -876,6 +876,8 @@ struct Group {
 pub struct Maintenance {
     stop: watch::Sender<bool>,
     task: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The worker's counters after its last round (for `/metrics`).
+    stats: Arc<std::sync::Mutex<MaintenanceStats>>,
 }
 
 impl std::fmt::Debug for Maintenance {
@@ -889,6 +891,8 @@ impl Maintenance {
     /// dropped, the task ends.
     pub fn start(host: Weak<dyn Host>, epoch: u64, settings: MaintenanceSettings) -> Maintenance {
         let (stop, mut stopped) = watch::channel(false);
+        let stats = Arc::new(std::sync::Mutex::new(MaintenanceStats::default()));
+        let published = Arc::clone(&stats);
         let task = tokio::spawn(async move {
             let mut worker = Worker::new(settings, epoch);
             loop {
@@ -900,6 +904,7 @@ impl Maintenance {
                     return;
                 };
                 worker.round(host.as_ref()).await;
+                *published.lock().expect("stats lock") = worker.stats();
             }
             // Clean shutdown: a final checkpoint, so the next start reads little.
             if let Some(host) = host.upgrade() {
@@ -912,7 +917,13 @@ impl Maintenance {
         Maintenance {
             stop,
             task: tokio::sync::Mutex::new(Some(task)),
+            stats,
         }
+    }
+
+    /// The counters as of the last finished round.
+    pub fn stats(&self) -> MaintenanceStats {
+        *self.stats.lock().expect("stats lock")
     }
 
     /// Stops the task after its current round and waits for its final checkpoint, at most

@@ -153,6 +153,43 @@ pub fn render(backend: &ObjectBackend) -> String {
         "Reads that joined a GET already under way.",
         c.single_flight_joins,
     );
+    let m = backend.maintenance_stats();
+    let o = &mut out;
+    single(
+        o,
+        "sluice_object_checkpoints_written_total",
+        "counter",
+        "Checkpoint objects written (they bound what a rebuild reads).",
+        m.checkpoints_written,
+    );
+    single(
+        o,
+        "sluice_object_deletes_total",
+        "counter",
+        "Objects deleted from the bucket by the cleaner.",
+        m.objects_deleted,
+    );
+    single(
+        o,
+        "sluice_object_compactions_total",
+        "counter",
+        "Compactions done (runs of one partition merged into one object).",
+        m.compactions,
+    );
+    single(
+        o,
+        "sluice_object_runs_compacted_total",
+        "counter",
+        "Runs merged by compactions.",
+        m.runs_compacted,
+    );
+    single(
+        o,
+        "sluice_object_maintenance_errors_total",
+        "counter",
+        "Maintenance steps that failed (tried again next round).",
+        m.errors,
+    );
     let (writable, epoch) = match &backend.lease_status() {
         LeaseStatus::Held {
             epoch,
