@@ -7,6 +7,15 @@ Three ways to get a broker (pytest options):
                            to check the suite itself against the reference implementation
   --bootstrap HOST:PORT    use a broker that is already running; start nothing
 
+and, for the brokers it starts (`--target sluice`), where they keep their data:
+
+  --storage local          (default; or env SLUICE_COMPAT_STORAGE) the data directory on disk
+  --storage object         `sluice serve --storage s3://BUCKET/compat` on a MinIO this file starts
+                           once per session (free loopback ports, a temporary directory, random
+                           root credentials), each SluiceBroker with a bucket of its own; the
+                           data directory is then only a cache. MinIO is stopped by its PID at
+                           the end of the session (also on failure) and its directory removed
+
 Tests ask for `bootstrap` ("127.0.0.1:NNNNN"), and the HTTP API tests for `http_url`
 ("http://127.0.0.1:NNNNN", Sluice only: they skip against Kafka); test_crash.py instead starts,
 kills and restarts a SluiceBroker of its own. A broker this file started is always stopped
@@ -18,9 +27,14 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import datetime
+import hashlib
+import hmac
+import http.client
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -46,6 +60,19 @@ KAFKA_START_S = 120  # start.sh itself gives up after 60 s
 # Environment for every `sluice serve` the suite starts: like the Kafka baseline
 # (group.initial.rebalance.delay.ms=0), the first rebalance of a new group is not delayed.
 SLUICE_ENV = {"SLUICE_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"}
+# Object mode: how long a produce waits for its object to be sealed. The default (250 ms)
+# would make every acks=all produce round trip take a quarter second and the suite several
+# times slower; 5 ms keeps it about as fast as local mode and still batches concurrent
+# produces into one PUT.
+OBJECT_LINGER_MS = 5
+OBJECT_PREFIX = "compat"  # s3://BUCKET/compat
+MINIO_READY_S = 30  # MinIO's start until /minio/health/ready answers 200 and a bucket can be made
+MINIO_STOP_S = 10  # SIGTERM grace period before SIGKILL
+MINIO_HTTP_S = 5  # bound on each readiness probe and CreateBucket request
+MINIO_REGION = "us-east-1"  # MinIO's default region; what requests are signed for
+
+# "local" or "object", set from --storage in pytest_configure (before any broker starts).
+STORAGE = "local"
 
 
 def pytest_addoption(parser):
@@ -70,11 +97,37 @@ def pytest_addoption(parser):
         "without it the HTTP API tests are skipped",
     )
     group.addoption(
+        "--storage",
+        choices=("local", "object"),
+        default=os.environ.get("SLUICE_COMPAT_STORAGE") or "local",
+        help="where the `sluice serve` the suite starts keeps its data: local (the data directory) "
+        "or object (a bucket on a MinIO the suite starts; the data directory is only a cache). "
+        "Default: $SLUICE_COMPAT_STORAGE, else local",
+    )
+    group.addoption(
         "--kafka-request-log",
         action="store_true",
         help="kafka-baseline only: have Kafka log every request and write the API keys and "
         "versions each client used to compat/.logs/kafka-api-usage.txt",
     )
+
+
+def pytest_configure(config):
+    global STORAGE
+    STORAGE = config.getoption("--storage")
+    # SIGTERM/SIGHUP end the session like Ctrl-C, so that fixture teardown and atexit stop
+    # every broker and MinIO this process started (also those a test starts of its own).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_keyboard_interrupt)
+    if STORAGE == "object" and config.getoption("--target") == "sluice" and not config.getoption("--bootstrap"):
+        try:
+            minio_bin()
+        except RuntimeError as e:
+            raise pytest.UsageError(str(e))
+
+
+def pytest_unconfigure(config):
+    stop_minio()
 
 
 def pytest_report_header(config):
@@ -84,6 +137,16 @@ def pytest_report_header(config):
         lines = [f"compat target: already running broker at {bootstrap} (--target {target})"]
     else:
         lines = [f"compat target: {target} (started by the suite; logs in {LOG_DIR})"]
+        if target == "sluice":
+            lines.append(
+                "compat storage: "
+                + (
+                    f"object (sluice serve --storage s3://<bucket>/{OBJECT_PREFIX} on MinIO {minio_bin()}, "
+                    f"--object-linger-ms {OBJECT_LINGER_MS})"
+                    if STORAGE == "object"
+                    else "local (the data directory)"
+                )
+            )
     return lines + [f"compat clients: {client_versions()}"]
 
 
@@ -165,6 +228,197 @@ def _die_with_parent():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# --------------------------------------------------------------------------- MinIO (--storage object)
+
+
+def minio_bin() -> Path:
+    """SLUICE_MINIO_BIN, else minio in $SLUICE_TOOLS_DIR or ~/.cache/sluice/tools (where
+    scripts/test.sh installs it). RuntimeError saying how to get it when it is missing."""
+    explicit = os.environ.get("SLUICE_MINIO_BIN")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise RuntimeError(
+                f"SLUICE_MINIO_BIN={explicit} does not exist; run scripts/test.sh (it installs MinIO) "
+                "or point SLUICE_MINIO_BIN at a MinIO server binary"
+            )
+        return path
+    tools = Path(os.environ.get("SLUICE_TOOLS_DIR") or Path.home() / ".cache" / "sluice" / "tools")
+    path = tools / "minio"
+    if not path.is_file():
+        raise RuntimeError(
+            f"--storage object needs MinIO, and {path} does not exist: run scripts/test.sh once "
+            "(it builds MinIO there with `go install`) or set SLUICE_MINIO_BIN to a MinIO server binary"
+        )
+    return path
+
+
+def _hmac(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+class MinioServer:
+    """`minio server` on free 127.0.0.1 ports with a temporary directory and random root
+    credentials. Its log goes to compat/.logs/minio.log; stop() ends it by PID and removes
+    the directory."""
+
+    def __init__(self):
+        self.bin = minio_bin()
+        self.root: str | None = None
+        self.port: int | None = None
+        self.access_key = "compat-" + secrets.token_hex(6)
+        self.secret_key = secrets.token_hex(20)
+        self.proc: subprocess.Popen | None = None
+        self.log_path = LOG_DIR / "minio.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict:
+        """What `sluice serve` needs to reach it (the standard AWS variables)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": MINIO_REGION,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
+
+    def start(self):
+        self.root = tempfile.mkdtemp(prefix="sluice-compat-minio-")
+        self.port, console_port = free_ports(2)
+        with open(self.log_path, "wb") as log:
+            log.write(f"$ {self.bin} server {self.root}/data --address 127.0.0.1:{self.port}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [
+                    str(self.bin), "server", os.path.join(self.root, "data"),
+                    "--address", f"127.0.0.1:{self.port}",
+                    "--console-address", f"127.0.0.1:{console_port}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                env=dict(
+                    os.environ,
+                    MINIO_ROOT_USER=self.access_key,
+                    MINIO_ROOT_PASSWORD=self.secret_key,
+                    MINIO_UPDATE="off",  # no update checks: nothing leaves loopback
+                ),
+                preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + MINIO_READY_S
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"MinIO exited during start (status {self.proc.returncode}):\n{tail(self.log_path)}")
+            try:
+                if self._request("GET", "/minio/health/ready", sign=False)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"MinIO was not ready within {MINIO_READY_S} s:\n{tail(self.log_path)}")
+            time.sleep(0.05)
+
+    def _request(self, method: str, path: str, sign: bool = True) -> tuple[int, str]:
+        """One HTTP request to MinIO; signed with AWS SigV4 (empty body) when sign is set."""
+        headers = {}
+        if sign:
+            now = datetime.datetime.now(datetime.timezone.utc)
+            amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+            empty = hashlib.sha256(b"").hexdigest()
+            host = f"127.0.0.1:{self.port}"
+            signed = "host;x-amz-content-sha256;x-amz-date"
+            canonical = "\n".join(
+                [method, path, "", f"host:{host}", f"x-amz-content-sha256:{empty}", f"x-amz-date:{amz_date}", "", signed, empty]
+            )
+            scope = f"{day}/{MINIO_REGION}/s3/aws4_request"
+            to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+            key = _hmac(_hmac(_hmac(_hmac(("AWS4" + self.secret_key).encode(), day), MINIO_REGION), "s3"), "aws4_request")
+            signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+            headers = {
+                "Host": host,
+                "x-amz-content-sha256": empty,
+                "x-amz-date": amz_date,
+                "Authorization": f"AWS4-HMAC-SHA256 Credential={self.access_key}/{scope}, "
+                f"SignedHeaders={signed}, Signature={signature}",
+            }
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=MINIO_HTTP_S)
+        try:
+            conn.request(method, path, body=b"" if method == "PUT" else None, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode(errors="replace")
+        finally:
+            conn.close()
+
+    def create_bucket(self, bucket: str):
+        """S3 CreateBucket. MinIO may say it is ready a moment before it takes bucket operations
+        (503 XMinioServerNotInitialized): those, and connection errors, are retried until
+        MINIO_READY_S has passed."""
+        deadline = time.monotonic() + MINIO_READY_S
+        while True:
+            try:
+                status, body = self._request("PUT", f"/{bucket}")
+                if status == 200:
+                    return
+                if status != 503:
+                    raise RuntimeError(f"MinIO refused CreateBucket {bucket}: HTTP {status}: {body}")
+                why = f"HTTP 503: {body}"
+            except OSError as e:
+                why = repr(e)
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"CreateBucket {bucket} failed for {MINIO_READY_S} s: {why}\n{tail(self.log_path)}")
+            time.sleep(0.1)
+
+    def stop(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(MINIO_STOP_S)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
+            self.proc = None
+        if self.root:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+
+_minio: MinioServer | None = None  # the session's MinIO, started by the first broker that needs it
+_minio_lock = threading.Lock()
+
+
+def session_minio() -> MinioServer:
+    """The MinIO of this session, started on first use; stopped by stop_minio() (pytest_unconfigure,
+    and atexit for a pytest that ends otherwise)."""
+    global _minio
+    with _minio_lock:
+        if _minio is None:
+            m = MinioServer()
+            try:
+                m.start()
+            except Exception:
+                m.stop()
+                raise
+            _minio = m
+        return _minio
+
+
+def stop_minio():
+    global _minio
+    with _minio_lock:
+        if _minio is not None:
+            _minio.stop()
+            _minio = None
+
+
+# Registered at import, so it runs after every broker's atexit stop (atexit is last in, first
+# out): the brokers shut down while their bucket is still there.
+atexit.register(stop_minio)
+
+
 # --------------------------------------------------------------------------- brokers
 
 
@@ -189,12 +443,19 @@ class SluiceBroker:
     kafka_addr: the listener address (default: a free port). A fixed address and `kill()`
     followed by `start()` give a crash and a restart on the same data directory and port
     (test_crash.py). The log file is appended to by every start after the first.
+
+    With --storage object (storage="object", the default then) the broker runs with
+    `--storage s3://BUCKET/compat` on the session's MinIO, in a bucket of its own made at its
+    first start (so brokers the tests start next to the session's never share a prefix), and
+    keeps that bucket over restarts; `new_data_dir()` gives a restart an empty data directory.
     """
 
     target = "sluice"
 
-    def __init__(self, kafka_addr: str = "127.0.0.1:0", log_name: str = "sluice-serve.log"):
+    def __init__(self, kafka_addr: str = "127.0.0.1:0", log_name: str = "sluice-serve.log", storage: str | None = None):
         self.kafka_addr = kafka_addr
+        self.storage = storage or STORAGE
+        self.storage_url: str | None = None  # s3://BUCKET/compat once started in object mode
         self.proc: subprocess.Popen | None = None
         self.data_dir: str | None = None
         self.bootstrap: str | None = None
@@ -245,6 +506,16 @@ class SluiceBroker:
         if self.data_dir is None:
             self.data_dir = tempfile.mkdtemp(prefix="sluice-compat-")
         cmd = [str(binary), "serve", "--data-dir", self.data_dir, "--kafka-addr", self.kafka_addr]
+        env = dict(SLUICE_ENV)
+        if self.storage == "object":
+            minio = session_minio()
+            if self.storage_url is None:
+                bucket = "compat-" + secrets.token_hex(6)
+                minio.create_bucket(bucket)
+                self.storage_url = f"s3://{bucket}/{OBJECT_PREFIX}"
+            # A short linger keeps the suite fast (see OBJECT_LINGER_MS).
+            cmd += ["--storage", self.storage_url, "--object-linger-ms", str(OBJECT_LINGER_MS)]
+            env.update(minio.env())
         # The HTTP API may come later than the Kafka listener; pass its flag once serve has it.
         try:
             usage = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30)
@@ -254,7 +525,8 @@ class SluiceBroker:
             pass  # starting it below reports the problem
         log = open(self.log_path, "ab" if self.starts else "wb")
         self.starts += 1
-        log.write(("$ " + "".join(f"{k}={v} " for k, v in SLUICE_ENV.items()) + " ".join(cmd) + "\n").encode())
+        shown = {k: ("***" if k == "AWS_SECRET_ACCESS_KEY" else v) for k, v in env.items()}
+        log.write(("$ " + "".join(f"{k}={v} " for k, v in shown.items()) + " ".join(cmd) + "\n").encode())
         log.flush()
         self.proc = subprocess.Popen(
             cmd,
@@ -262,7 +534,7 @@ class SluiceBroker:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=self.data_dir,
-            env=dict(os.environ, **SLUICE_ENV),
+            env=dict(os.environ, **env),
             preexec_fn=_die_with_parent,
         )
         found = threading.Event()
@@ -327,6 +599,15 @@ class SluiceBroker:
             self._reader.join(5)  # it closes the log at the end of the broker's output
         with open(self.log_path, "ab") as log:
             log.write(f"# killed with SIGKILL (pid {pid}) at {time.strftime('%H:%M:%S')}\n".encode())
+
+    def new_data_dir(self) -> str:
+        """Object mode, with the broker not running: delete the data directory (only a cache
+        there) and use a new, empty one at the next start(). Returns the new path."""
+        assert self.proc is None or self.proc.poll() is not None, "the broker still runs"
+        if self.data_dir:
+            shutil.rmtree(self.data_dir)
+        self.data_dir = tempfile.mkdtemp(prefix="sluice-compat-")
+        return self.data_dir
 
     def exit_problem(self) -> str | None:
         if self.proc is not None and not self._stopped and self.proc.poll() is not None:
