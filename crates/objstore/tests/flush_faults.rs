@@ -87,6 +87,9 @@ fn settings() -> FlushSettings {
         put_timeout: Duration::from_secs(5),
         backoff_min: Duration::from_millis(50),
         backoff_max: Duration::from_millis(400),
+        // Off here; its own test turns it on.
+        seal_idle: Duration::ZERO,
+        seal_idle_min_bytes: 0,
     }
 }
 
@@ -187,6 +190,49 @@ async fn linger_seals_after_the_interval_and_empty_objects_are_never_put() {
     assert_eq!(stats.open_sequence, 11);
     h.flusher.shutdown().await;
     assert_eq!(h.faulty.calls(Op::Put), 1);
+}
+
+#[tokio::test]
+async fn a_quiet_object_worth_a_put_is_sealed_before_its_linger_and_a_small_one_is_not() {
+    let (one, _) = batches(0, 1, 1);
+    let h = start(
+        FlushSettings {
+            linger: Duration::from_secs(60),
+            seal_idle: Duration::from_millis(20),
+            seal_idle_min_bytes: one.len() * 2,
+            ..settings()
+        },
+        0,
+    );
+    // One batch: below the minimum, so it waits for the linger (or a flush).
+    let (data, next) = batches(0, 1, 1);
+    let small = h.flusher.add_run(topic(1), 0, &data, &[]).unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(small.outcome().is_none(), "a small quiet object was sealed");
+    // A second batch makes it worth a PUT: sealed once nothing more comes for 20 ms.
+    let (data, _) = batches(next, 1, 2);
+    let t0 = Instant::now();
+    let big = h.flusher.add_run(topic(1), 0, &data, &[]).unwrap();
+    assert_eq!(big.sequence(), small.sequence());
+    assert_eq!(big.wait().await, Ok(0));
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(20) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    // Adds that keep coming do not let it be quiet: a stream every 5 ms stays open.
+    let mut next_offset = 100;
+    let mut last = None;
+    for i in 0..20 {
+        let (data, n) = batches(next_offset, 1, i);
+        next_offset = n;
+        last = Some(h.flusher.add_run(topic(1), 0, &data, &[]).unwrap());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let last = last.unwrap();
+    assert_eq!(last.sequence(), 1, "a busy object was split");
+    assert_eq!(last.wait().await, Ok(1));
+    h.flusher.shutdown().await;
 }
 
 #[tokio::test]
