@@ -225,6 +225,36 @@ pub fn shared_error(e: &StorageError) -> StorageError {
     }
 }
 
+/// How long a reader waits for stored data to load, whatever its own deadline (as Kafka reads
+/// its disk: a fetch with a `max_wait_ms` of 0 still gets data that exists).
+pub const LOAD_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Awaits every partition's [`PartitionStorage::prepare_read`] at `(offset, max_bytes)`,
+/// concurrently, until `deadline` or [`LOAD_WAIT_MAX`] from now, whichever is later. True if
+/// one failed or did not finish (logged): the reader then answers with what it has.
+pub async fn prepare_reads(
+    reads: impl IntoIterator<Item = (&dyn PartitionStorage, i64, usize)>,
+    deadline: Instant,
+) -> bool {
+    let loads: Vec<_> = reads
+        .into_iter()
+        .filter_map(|(p, offset, max_bytes)| p.prepare_read(offset, max_bytes))
+        .collect();
+    if loads.is_empty() {
+        return false;
+    }
+    let until = deadline.max(Instant::now() + LOAD_WAIT_MAX);
+    let Ok(results) = tokio::time::timeout_at(until, futures::future::join_all(loads)).await else {
+        tracing::warn!("stored data did not load within {LOAD_WAIT_MAX:?}");
+        return true;
+    };
+    results.iter().any(|r| {
+        r.as_ref()
+            .inspect_err(|e| tracing::warn!(error = %e, "could not load stored data"))
+            .is_err()
+    })
+}
+
 /// Waits until one of `partitions` has a high watermark above the offset given with it (or
 /// changes: see [`PartitionStorage::wait_past`]), or until `deadline`. Returns at once when
 /// one already has, so a reader passes the high watermark its read saw and misses nothing.

@@ -98,7 +98,7 @@ pub async fn handle(
     loop {
         // Bring data kept elsewhere (an object store's ranges) into the caches before the pass,
         // which must not wait; a failed load ends the fetch with what the pass finds.
-        let load_failed = prepare(&req, &targets, max_bytes, deadline).await;
+        let load_failed = storage::prepare_reads(reads(&req, &targets, max_bytes), deadline).await;
         let mut memory = match budget.try_reserve_up_to(pass_min_bytes, max_bytes, ask) {
             Some(memory) => memory,
             None => {
@@ -136,39 +136,21 @@ pub async fn handle(
     }
 }
 
-/// Awaits every partition's [`PartitionStorage::prepare_read`] (concurrently, until
-/// `deadline`); true if one failed (it is logged).
-async fn prepare(
+/// Each requested partition's `(storage, fetch offset, byte limit)`, for
+/// [`storage::prepare_reads`].
+fn reads<'a>(
     req: &FetchRequest,
-    targets: &[Vec<Target>],
+    targets: &'a [Vec<Target>],
     max_bytes: usize,
-    deadline: Instant,
-) -> bool {
-    let loads: Vec<_> = req
-        .topics
-        .iter()
-        .zip(targets)
-        .flat_map(|(t, parts)| t.partitions.iter().zip(parts))
+) -> Vec<(&'a dyn PartitionStorage, i64, usize)> {
+    let parts = req.topics.iter().zip(targets);
+    let parts = parts.flat_map(|(t, parts)| t.partitions.iter().zip(parts));
+    parts
         .filter_map(|(p, part)| {
             let limit = (p.partition_max_bytes.max(0) as usize).min(max_bytes);
-            part.as_ref()
-                .ok()?
-                .prepare_read(p.fetch_offset, limit.max(1))
+            Some((&**part.as_ref().ok()?, p.fetch_offset, limit.max(1)))
         })
-        .collect();
-    if loads.is_empty() {
-        return false;
-    }
-    match tokio::time::timeout_at(deadline, futures::future::join_all(loads)).await {
-        Ok(results) => results.iter().any(|r| match r {
-            Ok(()) => false,
-            Err(e) => {
-                tracing::warn!(error = %e, "fetch could not load stored data");
-                true
-            }
-        }),
-        Err(_) => false,
-    }
+        .collect()
 }
 
 /// One pass over every requested partition: `(response, record bytes, any partition errored)`.
