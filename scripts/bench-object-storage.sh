@@ -73,8 +73,6 @@ esac
 
 cargo build --release --bin sluice
 cargo build --release -p sluice-objstore --example put_latency
-sluice="$repo/target/release/sluice"
-put_latency="$repo/target/release/examples/put_latency"
 
 {
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock || echo ' (work tree differs in crates/: see git-diff-stat.txt)')"
@@ -88,6 +86,12 @@ put_latency="$repo/target/release/examples/put_latency"
 git diff --stat HEAD -- crates Cargo.toml Cargo.lock > "$out/git-diff-stat.txt" || true
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-objstore.XXXXXX")"
+# Copies of the binaries: the shared target directory may be rebuilt by someone else while
+# this runs, and every broker of one run must be the same build.
+cp "$repo/target/release/sluice" "$tmp/sluice"
+cp "$repo/target/release/examples/put_latency" "$tmp/put_latency"
+sluice="$tmp/sluice"
+put_latency="$tmp/put_latency"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 minio_pid=""; sluice_pid=""; sampler_pid=""; kafka_home=""
