@@ -408,6 +408,37 @@ struct State {
     closing: bool,
     /// Set once fenced or the lease is lost: every add is refused with it.
     stopped: Option<FlushError>,
+    /// Bytes added per linger interval (this one and the one before), for the quiet seal.
+    ingest: Ingest,
+}
+
+/// Bytes added in the current and the previous linger interval.
+#[derive(Debug)]
+struct Ingest {
+    since: Instant,
+    this: usize,
+    previous: usize,
+}
+
+impl Ingest {
+    fn add(&mut self, now: Instant, bytes: usize, linger: Duration) {
+        self.roll(now, linger);
+        self.this += bytes;
+    }
+
+    fn roll(&mut self, now: Instant, linger: Duration) {
+        if now >= self.since + linger {
+            let two = now >= self.since + linger * 2;
+            self.previous = if two { 0 } else { self.this };
+            self.this = 0;
+            self.since = now;
+        }
+    }
+
+    /// About what arrives in one linger interval at the current rate.
+    fn per_linger(&self) -> usize {
+        self.this.max(self.previous)
+    }
 }
 
 impl State {
@@ -596,6 +627,11 @@ impl Flusher {
                 flush_requested: false,
                 closing: false,
                 stopped: None,
+                ingest: Ingest {
+                    since: Instant::now(),
+                    this: 0,
+                    previous: 0,
+                },
             }),
             notify: Notify::new(),
             counters: Counters::default(),
@@ -734,6 +770,7 @@ impl Flusher {
         st.open.bytes += bytes;
         st.open.first_add.get_or_insert(now);
         st.open.last_add = Some(now);
+        st.ingest.add(now, bytes, shared.settings.linger);
         let ticket = st.open.ticket();
         if st.open.bytes >= shared.settings.max_bytes
             && st.sealed.len() < shared.settings.sealed_max
@@ -898,7 +935,7 @@ impl Task {
         let mut st = self.shared.lock();
         if !st.open.is_empty() && st.sealed.len() < s.sealed_max {
             let lingered = st.open.first_add.is_some_and(|t| now >= t + s.linger);
-            let quiet = idle_seal_at(&s, &st.open).is_some_and(|at| now >= at);
+            let quiet = idle_seal_at(&s, &st).is_some_and(|at| now >= at);
             if lingered || quiet || st.flush_requested || st.closing {
                 st.seal_open(now);
                 st.flush_requested = false;
@@ -916,7 +953,7 @@ impl Task {
         // Arm the timer only when a linger seal could happen (else the wake is a PUT ending).
         let linger_at = if st.sealed.len() < s.sealed_max {
             let linger = st.open.first_add.map(|t| t + s.linger);
-            match (linger, idle_seal_at(&s, &st.open)) {
+            match (linger, idle_seal_at(&s, &st)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             }
@@ -1168,12 +1205,18 @@ impl Task {
     }
 }
 
-/// When `open` is sealed for quiet (see [`FlushSettings::seal_idle`]), if it is big enough.
-fn idle_seal_at(s: &FlushSettings, open: &OpenObject) -> Option<Instant> {
-    if s.seal_idle.is_zero() || open.bytes < s.seal_idle_min_bytes {
+/// When the open object is sealed for quiet (see [`FlushSettings::seal_idle`]), if it is big
+/// enough: at least `seal_idle_min_bytes`, and at least what arrives in one linger at the
+/// current rate (up to a quarter of `max_bytes`), so that quiet seals never make more PUTs
+/// per second than the linger would at moderate rates; at high rates, where objects fill by
+/// size anyway, the rest of a burst does not wait for the linger.
+fn idle_seal_at(s: &FlushSettings, st: &State) -> Option<Instant> {
+    let cap = (s.max_bytes / 4).max(s.seal_idle_min_bytes);
+    let threshold = st.ingest.per_linger().clamp(s.seal_idle_min_bytes, cap);
+    if s.seal_idle.is_zero() || st.open.bytes < threshold {
         return None;
     }
-    open.last_add.map(|t| t + s.seal_idle)
+    st.open.last_add.map(|t| t + s.seal_idle)
 }
 
 /// A delay in `[backoff/2, backoff)` drawn from (sequence, attempt), so runs are reproducible
