@@ -539,6 +539,17 @@ impl ReadCache {
         None
     }
 
+    /// Whether memory or local disk holds `range` of object `sequence` (reads nothing and
+    /// counts nothing: for deciding whether a [`load`](Self::load) is needed).
+    pub fn contains(&self, sequence: u64, range: Range<u64>) -> bool {
+        range.start < range.end
+            && self.inner.contains(RangeKey {
+                sequence,
+                start: range.start,
+                end: range.end,
+            })
+    }
+
     /// Loads `range` of object `sequence`: from the caches if they hold it, else with one
     /// ranged GET that every concurrent load of the same range shares. What the GET returns
     /// goes into the disk cache (or, if that cannot keep it, the memory cache), so a

@@ -164,6 +164,26 @@ pub struct RunLocation {
 }
 
 impl RunLocation {
+    /// Where `run`, an index entry of object `object_seq`, is.
+    pub fn of(object_seq: u64, run: &RunEntry) -> RunLocation {
+        RunLocation {
+            object_seq,
+            base_offset: run.base_offset,
+            last_offset: run.last_offset,
+            max_timestamp: run.max_timestamp,
+            record_count: run.record_count,
+            batch_count: run.batch_count,
+            data_offset: run.data_offset,
+            data_len: run.data_len,
+            data_crc: run.data_crc,
+        }
+    }
+
+    /// The run's byte range in its object.
+    pub fn range(&self) -> std::ops::Range<u64> {
+        self.data_offset..self.data_offset.saturating_add(self.data_len)
+    }
+
     /// The run as its object's index entry states it.
     pub fn entry(&self, topic_id: TopicId, partition: i32) -> RunEntry {
         RunEntry {

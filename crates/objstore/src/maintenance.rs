@@ -71,7 +71,7 @@ use crate::bucket::Bucket;
 use crate::cache::ReadCache;
 use crate::error::ObjectError;
 use crate::flush::Flusher;
-use crate::format::{ObjectHeader, RunEntry, TopicId};
+use crate::format::{ObjectHeader, TopicId};
 use crate::index::{Index, IndexError, IndexSnapshot, ObjectRow, RunLocation};
 use crate::meta::MetaChange;
 use crate::name::{
@@ -282,10 +282,11 @@ pub fn decode_checkpoint(bytes: &[u8]) -> Result<IndexSnapshot, ObjectError> {
                 abandoned,
             }),
             MetaChange::Abandoned(seqs) => snap.abandoned.extend(seqs),
-            MetaChange::RunAt { run, object_id } => {
-                snap.runs
-                    .push((run.topic_id, run.partition, location(object_id, &run)))
-            }
+            MetaChange::RunAt { run, object_id } => snap.runs.push((
+                run.topic_id,
+                run.partition,
+                RunLocation::of(object_id, &run),
+            )),
             MetaChange::ProducerBatchAt { batch, object_seq } => {
                 snap.producers.push((batch, object_seq))
             }
@@ -307,29 +308,15 @@ pub fn decode_checkpoint(bytes: &[u8]) -> Result<IndexSnapshot, ObjectError> {
     Ok(snap)
 }
 
-fn location(object_seq: u64, run: &RunEntry) -> RunLocation {
-    RunLocation {
-        object_seq,
-        base_offset: run.base_offset,
-        last_offset: run.last_offset,
-        max_timestamp: run.max_timestamp,
-        record_count: run.record_count,
-        batch_count: run.batch_count,
-        data_offset: run.data_offset,
-        data_len: run.data_len,
-        data_crc: run.data_crc,
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Checkpoints: the bucket.
 
-/// The sequences of the checkpoints in the bucket, ascending. Keys under `checkpoints/` that
-/// are not checkpoint names are skipped with a warning.
-pub async fn list_checkpoints(bucket: &Bucket) -> Result<Vec<u64>, MaintenanceError> {
-    let prefix = bucket.url().prefix().to_owned();
-    let dir = Path::from(checkpoints_prefix(&prefix));
-    let metas: Vec<object_store::ObjectMeta> = bucket
+/// Every object under `dir`.
+async fn list_under(
+    bucket: &Bucket,
+    dir: Path,
+) -> Result<Vec<object_store::ObjectMeta>, MaintenanceError> {
+    bucket
         .store()
         .list(Some(&dir))
         .try_collect()
@@ -338,7 +325,14 @@ pub async fn list_checkpoints(bucket: &Bucket) -> Result<Vec<u64>, MaintenanceEr
             op: "list",
             key: dir.to_string(),
             source,
-        })?;
+        })
+}
+
+/// The sequences of the checkpoints in the bucket, ascending. Keys under `checkpoints/` that
+/// are not checkpoint names are skipped with a warning.
+pub async fn list_checkpoints(bucket: &Bucket) -> Result<Vec<u64>, MaintenanceError> {
+    let prefix = bucket.url().prefix().to_owned();
+    let metas = list_under(bucket, Path::from(checkpoints_prefix(&prefix))).await?;
     let mut out = Vec::with_capacity(metas.len());
     for m in metas {
         match parse_name(&prefix, m.location.as_ref()) {
@@ -677,17 +671,7 @@ impl Worker {
     async fn list_compacted(&self, host: &dyn Host) -> Result<Vec<u64>, MaintenanceError> {
         let bucket = host.bucket();
         let prefix = bucket.url().prefix().to_owned();
-        let dir = Path::from(compacted_prefix(&prefix));
-        let metas: Vec<object_store::ObjectMeta> = bucket
-            .store()
-            .list(Some(&dir))
-            .try_collect()
-            .await
-            .map_err(|source| MaintenanceError::Store {
-                op: "list",
-                key: dir.to_string(),
-                source,
-            })?;
+        let metas = list_under(bucket, Path::from(compacted_prefix(&prefix))).await?;
         Ok(metas
             .iter()
             .filter_map(|m| match parse_name(&prefix, m.location.as_ref()) {
@@ -832,7 +816,7 @@ impl Worker {
             .wait()
             .await
             .map_err(|e| MaintenanceError::Flush(e.to_string()))?;
-        let moved = location(id, &merged);
+        let moved = RunLocation::of(id, &merged);
         let applied = host
             .index()
             .runs(topic_id, partition)?
@@ -1109,6 +1093,7 @@ mod tests {
     use crate::bucket::StorageUrl;
     use crate::cache::CacheSettings;
     use crate::flush::FlushSettings;
+    use crate::format::RunEntry;
     use crate::format::patch_base_offsets;
     use crate::name::{object_name, objects_prefix};
     use crate::rebuild::{RebuildError, catch_up};

@@ -163,7 +163,7 @@ impl ObjectPartition {
         }
         st.size_bytes += run.data_len;
         st.runs
-            .insert(run.last_offset, location_of(object_seq, run));
+            .insert(run.last_offset, RunLocation::of(object_seq, run));
         st.high_watermark = st.high_watermark.max(run.last_offset + 1);
         drop(st);
         self.changed.notify_waiters();
@@ -235,12 +235,12 @@ impl ObjectPartition {
     }
 
     fn entry(&self, run: &RunLocation) -> RunEntry {
-        entry_of(self.topic_id, self.partition, run)
+        run.entry(self.topic_id, self.partition)
     }
 
     /// The run's bytes from the cache, CRC-checked; `None` if not cached.
     fn cached_run(&self, run: &RunLocation) -> Result<Option<Bytes>, StorageError> {
-        let range = range_of(run);
+        let range = run.range();
         let bytes = self
             .core
             .cache()
@@ -265,42 +265,6 @@ impl ObjectPartition {
             });
         }
         Ok(Some(bytes))
-    }
-}
-
-/// Where a committed run is, as the partition keeps it.
-fn location_of(object_seq: u64, run: &RunEntry) -> RunLocation {
-    RunLocation {
-        object_seq,
-        base_offset: run.base_offset,
-        last_offset: run.last_offset,
-        max_timestamp: run.max_timestamp,
-        record_count: run.record_count,
-        batch_count: run.batch_count,
-        data_offset: run.data_offset,
-        data_len: run.data_len,
-        data_crc: run.data_crc,
-    }
-}
-
-/// The run's byte range in its object.
-fn range_of(run: &RunLocation) -> Range<u64> {
-    run.data_offset..run.data_offset.saturating_add(run.data_len)
-}
-
-/// The index entry a run was written with (to check its CRC).
-fn entry_of(topic_id: TopicId, partition: i32, run: &RunLocation) -> RunEntry {
-    RunEntry {
-        topic_id,
-        partition,
-        batch_count: run.batch_count,
-        base_offset: run.base_offset,
-        last_offset: run.last_offset,
-        max_timestamp: run.max_timestamp,
-        record_count: run.record_count,
-        data_offset: run.data_offset,
-        data_len: run.data_len,
-        data_crc: run.data_crc,
     }
 }
 
@@ -458,7 +422,7 @@ impl PartitionStorage for ObjectPartition {
         drop(st);
         let missing: Vec<RunLocation> = runs
             .into_iter()
-            .filter(|r| self.core.cache().get(r.object_seq, range_of(r)).is_none())
+            .filter(|r| !self.core.cache().contains(r.object_seq, r.range()))
             .collect();
         if missing.is_empty() {
             return None;
@@ -467,14 +431,14 @@ impl PartitionStorage for ObjectPartition {
             async move {
                 let loads = missing
                     .iter()
-                    .map(|r| self.core.cache().load(r.object_seq, range_of(r)));
+                    .map(|r| self.core.cache().load(r.object_seq, r.range()));
                 let mut kept = Vec::with_capacity(missing.len());
                 for (run, loaded) in missing
                     .iter()
                     .zip(futures_util::future::join_all(loads).await)
                 {
                     let bytes = loaded.map_err(|e| self.store_error("read from the bucket", e))?;
-                    kept.push((run.object_seq, range_of(run), bytes));
+                    kept.push((run.object_seq, run.range(), bytes));
                 }
                 *self.loaded.lock().expect("loaded lock") = kept;
                 Ok(())
