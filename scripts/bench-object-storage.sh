@@ -141,6 +141,8 @@ echo "MinIO on 127.0.0.1:$minio_port (pid $minio_pid), data in $tmp/minio" >&2
 
 # --- helpers ----------------------------------------------------------------------------------
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+# The whole machine's CPU jiffies as "busy total" (busy = all but idle and iowait).
+machine_jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat; }
 prefix_seq=0
 # start_sluice MODE(local|object) DATA_DIR LOG [extra serve args...]; sets sluice_pid, kport, hport.
 # Object mode writes under a new prefix unless PREFIX is set.
@@ -225,7 +227,7 @@ if [[ " $cases " == *" throughput "* ]]; then
   write_workload "$wl_pipelined" produce-1kib-max-pipelined 6 "$tp_producers" 2 max 5 1048576 "$warmup_s" "$duration_s"
   sed -i 's/^repeats = 1$/repeats = 1\nidempotence = false/' "$wl_pipelined"
   printf '\n[producer_config]\n"max.in.flight.requests.per.connection" = "32"\n' >> "$wl_pipelined"
-  echo "round,broker,produce_rps,produce_mbps,consume_rps,ack_p50_ms,ack_p99_ms,broker_cpu_s,cpu_s_per_million,puts,put_bytes,gets,steal_pct,minio_cpu_s" \
+  echo "round,broker,produce_rps,produce_mbps,consume_rps,ack_p50_ms,ack_p99_ms,broker_cpu_s,cpu_s_per_million,puts,put_bytes,gets,steal_pct,minio_cpu_s,machine_busy_pct" \
     > "$out/throughput.csv"
   read -r -a order <<< "$brokers"
   for round in $(seq 1 "$rounds"); do
@@ -242,16 +244,19 @@ if [[ " $cases " == *" throughput "* ]]; then
         object) start_sluice object "$tmp/data-tp" "$out/broker-throughput-$broker-$round.log" $tp_object_args; pid="$sluice_pid" ;;
         *) echo "error: unknown broker $broker in BROKERS" >&2; exit 1 ;;
       esac
-      cpu0="$(cpu_seconds "$pid")"; mcpu0="$(cpu_seconds "$minio_pid")"
+      cpu0="$(cpu_seconds "$pid")"; mcpu0="$(cpu_seconds "$minio_pid")"; jiffies0="$(machine_jiffies)"
       csv="$(bench_run "$this_wl" "$broker" "$out/campaigns/throughput-$broker-$round")"
-      cpu1="$(cpu_seconds "$pid")"; mcpu1="$(cpu_seconds "$minio_pid")"
+      cpu1="$(cpu_seconds "$pid")"; mcpu1="$(cpu_seconds "$minio_pid")"; jiffies1="$(machine_jiffies)"
       [ "$mode" = object ] && counters="$(object_counters)"
       if [ "$mode" = kafka ]; then stop_kafka; else stop_sluice; rm -rf "$tmp/data-tp"; fi
       [ "$mode" = object ] && rm -rf "$tmp/minio/$bucket/$prefix"
       python3 - "$csv" "$round" "$broker" "$cpu0" "$cpu1" "$warmup_s" "$duration_s" "$counters" \
-        "$(awk -v a="$mcpu0" -v b="$mcpu1" 'BEGIN { printf "%.2f", b - a }')" >> "$out/throughput.csv" <<'EOF'
+        "$(awk -v a="$mcpu0" -v b="$mcpu1" 'BEGIN { printf "%.2f", b - a }')" "$jiffies0" "$jiffies1" \
+        >> "$out/throughput.csv" <<'EOF'
 import csv, os, sys
-path, rnd, broker, cpu0, cpu1, warm, dur, counters, minio_cpu = sys.argv[1:]
+path, rnd, broker, cpu0, cpu1, warm, dur, counters, minio_cpu, j0, j1 = sys.argv[1:]
+(b0, t0), (b1, t1) = ([int(x) for x in j.split()] for j in (j0, j1))
+busy = f"{100 * (b1 - b0) / max(1, t1 - t0):.0f}"
 row = next(csv.DictReader(open(path)))
 iv = list(csv.DictReader(open(os.path.join(os.path.dirname(path), "intervals.csv"))))
 steal = [float(r["steal"]) for r in iv if r.get("steal")]
@@ -260,7 +265,7 @@ records = float(row["produce_rps"]) * (float(warm) + float(dur))
 c = counters.split()
 print(",".join([rnd, broker, row["produce_rps"], row["produce_mbps"], row["consume_rps"], row["ack_p50_ms"],
                 row["ack_p99_ms"], f"{cpu:.2f}", f"{cpu / (records / 1e6):.2f}", c[0], c[1], c[2],
-                f"{100 * sum(steal) / len(steal):.1f}" if steal else "", minio_cpu]))
+                f"{100 * sum(steal) / len(steal):.1f}" if steal else "", minio_cpu, busy]))
 EOF
       tail -1 "$out/throughput.csv" >&2
     done

@@ -141,6 +141,14 @@ const LATE_NS: u64 = 20_000_000;
 
 /// Shortest sleep between sends: keeps a fast schedule from costing a wake-up per record.
 const MIN_SLEEP: Duration = Duration::from_micros(200);
+/// How long a producer whose local queue is full serves delivery reports before it tries to
+/// enqueue again. `BaseProducer::poll(timeout)` keeps polling until its deadline, and once
+/// less than a millisecond is left it asks librdkafka for a 0 ms wait, so it spins for the
+/// rest: with a 1 ms wait that spin took most of a core per producer while its queue was
+/// full (measured in object-storage mode, where acknowledgements come in bursts). Over 20 ms
+/// at most the last millisecond spins. Delivery reports are still served as they arrive, and
+/// the queue (100,000 records by default) holds far more than a producer sends in 20 ms.
+const QUEUE_FULL_POLL: Duration = Duration::from_millis(20);
 
 /// The librdkafka settings for a workload's producers, before its `producer_config` overrides.
 pub fn producer_settings(w: &Workload, bootstrap: &str) -> Vec<(String, String)> {
@@ -717,7 +725,7 @@ impl ProducerJob {
                 }
             }
             let wait = if full {
-                Duration::from_millis(1)
+                QUEUE_FULL_POLL
             } else if rate.is_finite() {
                 let next = start + Duration::from_secs_f64(scheduled as f64 / rate);
                 next.saturating_duration_since(Instant::now())

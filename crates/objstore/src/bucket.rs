@@ -207,6 +207,43 @@ impl BucketConfig {
             None => format!("https://s3.{}.amazonaws.com", self.region),
         }
     }
+
+    /// Whether request bodies are sent as `UNSIGNED-PAYLOAD` instead of with their SHA-256 in
+    /// the signature. The payload hash only protects a body on a path someone could alter,
+    /// and costs a SHA-256 pass over every byte on both sides (measured with MinIO on 2
+    /// cores: 5.0-5.9 against 3.8-5.1 server CPU-seconds per GB written). So it is left out
+    /// where the path is already protected: over TLS (`https://`, AWS S3 itself), where TLS
+    /// authenticates every byte, and on a loopback endpoint (127.0.0.0/8, `[::1]`,
+    /// `localhost`), which no other machine is on. Over plain `http://` to any other host the
+    /// body stays signed. The headers are signed either way, and every batch in an object
+    /// carries its own CRC, checked before a byte is served.
+    pub fn unsigned_payload(&self) -> bool {
+        match &self.endpoint {
+            None => true,
+            Some(endpoint) => match endpoint.split_once("://") {
+                Some(("https", _)) => true,
+                Some(("http", authority)) => is_loopback_authority(authority),
+                _ => false,
+            },
+        }
+    }
+}
+
+/// Whether `authority` (`HOST[:PORT]`, from an endpoint [`parse_endpoint`] accepted) names
+/// the loopback interface.
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split_once(']').map_or(rest, |(host, _)| host)
+    } else {
+        authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host)
+    };
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Checks an endpoint URL: `http://` or `https://`, a host, an optional port, nothing else.
@@ -426,6 +463,7 @@ pub fn open(config: BucketConfig) -> Result<Bucket, BucketError> {
     if let Some(token) = &config.session_token {
         builder = builder.with_token(token.expose());
     }
+    builder = builder.with_unsigned_payload(config.unsigned_payload());
     let store = builder
         .with_client_options(options)
         .build()
@@ -736,6 +774,30 @@ mod tests {
         assert_eq!(c.endpoint, None);
         assert_eq!(c.region, "ap-south-1");
         assert_eq!(c.session_token, None);
+    }
+
+    #[test]
+    fn payload_is_signed_only_on_an_unprotected_path() {
+        let creds = [(ENV_ACCESS_KEY_ID, "AKID"), (ENV_SECRET_ACCESS_KEY, SECRET)];
+        for (endpoint, unsigned) in [
+            ("", true),
+            ("https://minio.example:9000", true),
+            ("https://10.0.0.5", true),
+            ("http://127.0.0.1:9000", true),
+            ("http://127.8.0.1", true),
+            ("http://localhost:9000", true),
+            ("http://LOCALHOST", true),
+            ("http://[::1]:9000", true),
+            ("http://10.0.0.5:9000", false),
+            ("http://minio.example", false),
+            ("http://localhost.example:9000", false),
+            ("http://[2001:db8::1]:9000", false),
+        ] {
+            let mut pairs = creds.to_vec();
+            pairs.push((ENV_ENDPOINT, endpoint));
+            let c = config(&pairs).unwrap();
+            assert_eq!(c.unsigned_payload(), unsigned, "{endpoint}");
+        }
     }
 
     #[test]

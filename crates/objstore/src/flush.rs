@@ -21,7 +21,7 @@
 //! # The life of an object
 //!
 //! ```text
-//! open ──(linger | max_bytes | quiet with ≥ 1 MiB | flush_now | shutdown)──► sealed (waiting
+//! open ──(linger | max_bytes | quiet | flush_now | shutdown)──► sealed (waiting
 //! for a PUT slot, at most sealed_max) ──► built + PUT (at most puts_in_flight at once, retried until
 //! put_timeout after the seal) ──► delivered to the sink in sequence order: committed | abandoned
 //! ```
@@ -101,16 +101,12 @@ pub const DEFAULT_PUT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// Default longest retry delay: a recovered store is noticed within 2 s.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// Default quiet time after which an open object worth a PUT is sealed before its linger:
-/// when nothing arrives for this long, the clients that filled it are waiting for its
+/// Default quiet time after which an open object may be sealed before its linger: when
+/// nothing arrives for this long, the clients that filled it are waiting for its
 /// acknowledgement (a Kafka producer keeps only a few requests in flight), so lingering on
-/// only delays them.
+/// only delays them. A quiet seal is allowed only one linger after the last seal by time
+/// (linger or quiet), so seals by time stay at most one per linger whatever the traffic.
 pub const DEFAULT_SEAL_IDLE: Duration = Duration::from_millis(5);
-/// Default smallest object sealed on quiet alone: at 1 MiB a PUT costs at most $0.005 per GB
-/// written (S3 list price), a fraction of a cent against the $0.023 per GB-month of keeping
-/// it, so sealing early costs nothing worth lingering for. Smaller objects wait for the
-/// linger, which bounds PUTs per second at low rates.
-pub const DEFAULT_SEAL_IDLE_MIN_BYTES: usize = 1 << 20;
 /// One add may hold at most this many times `max_bytes`: a small `max_bytes` (chosen for
 /// latency) must not refuse ordinary large batches, but one add is bounded so that the open
 /// object, which may pass `max_bytes` by one add, stays bounded too.
@@ -137,11 +133,9 @@ pub struct FlushSettings {
     pub backoff_min: Duration,
     /// Longest retry delay ([`DEFAULT_BACKOFF_MAX`]).
     pub backoff_max: Duration,
-    /// Seal an open object of at least `seal_idle_min_bytes` once nothing was added for this
-    /// long ([`DEFAULT_SEAL_IDLE`]); zero turns it off.
+    /// Seal an open object once nothing was added for this long, if no object was sealed by
+    /// time (linger or quiet) in the last `linger` ([`DEFAULT_SEAL_IDLE`]); zero turns it off.
     pub seal_idle: Duration,
-    /// See `seal_idle` ([`DEFAULT_SEAL_IDLE_MIN_BYTES`]).
-    pub seal_idle_min_bytes: usize,
 }
 
 impl Default for FlushSettings {
@@ -155,7 +149,6 @@ impl Default for FlushSettings {
             backoff_min: DEFAULT_BACKOFF_MIN,
             backoff_max: DEFAULT_BACKOFF_MAX,
             seal_idle: DEFAULT_SEAL_IDLE,
-            seal_idle_min_bytes: DEFAULT_SEAL_IDLE_MIN_BYTES,
         }
     }
 }
@@ -408,37 +401,9 @@ struct State {
     closing: bool,
     /// Set once fenced or the lease is lost: every add is refused with it.
     stopped: Option<FlushError>,
-    /// Bytes added per linger interval (this one and the one before), for the quiet seal.
-    ingest: Ingest,
-}
-
-/// Bytes added in the current and the previous linger interval.
-#[derive(Debug)]
-struct Ingest {
-    since: Instant,
-    this: usize,
-    previous: usize,
-}
-
-impl Ingest {
-    fn add(&mut self, now: Instant, bytes: usize, linger: Duration) {
-        self.roll(now, linger);
-        self.this += bytes;
-    }
-
-    fn roll(&mut self, now: Instant, linger: Duration) {
-        if now >= self.since + linger {
-            let two = now >= self.since + linger * 2;
-            self.previous = if two { 0 } else { self.this };
-            self.this = 0;
-            self.since = now;
-        }
-    }
-
-    /// About what arrives in one linger interval at the current rate.
-    fn per_linger(&self) -> usize {
-        self.this.max(self.previous)
-    }
+    /// When an object was last sealed by time (its linger, or quiet): the next quiet seal
+    /// waits until one linger after it.
+    last_timed_seal: Option<Instant>,
 }
 
 impl State {
@@ -627,11 +592,7 @@ impl Flusher {
                 flush_requested: false,
                 closing: false,
                 stopped: None,
-                ingest: Ingest {
-                    since: Instant::now(),
-                    this: 0,
-                    previous: 0,
-                },
+                last_timed_seal: None,
             }),
             notify: Notify::new(),
             counters: Counters::default(),
@@ -770,7 +731,6 @@ impl Flusher {
         st.open.bytes += bytes;
         st.open.first_add.get_or_insert(now);
         st.open.last_add = Some(now);
-        st.ingest.add(now, bytes, shared.settings.linger);
         let ticket = st.open.ticket();
         if st.open.bytes >= shared.settings.max_bytes
             && st.sealed.len() < shared.settings.sealed_max
@@ -833,7 +793,6 @@ fn sane(s: FlushSettings) -> FlushSettings {
         backoff_min,
         backoff_max: s.backoff_max.max(backoff_min),
         seal_idle: s.seal_idle,
-        seal_idle_min_bytes: s.seal_idle_min_bytes,
     }
 }
 
@@ -939,6 +898,9 @@ impl Task {
             if lingered || quiet || st.flush_requested || st.closing {
                 st.seal_open(now);
                 st.flush_requested = false;
+                if lingered || quiet {
+                    st.last_timed_seal = Some(now);
+                }
             }
         }
         if st.open.is_empty() {
@@ -1205,18 +1167,22 @@ impl Task {
     }
 }
 
-/// When the open object is sealed for quiet (see [`FlushSettings::seal_idle`]), if it is big
-/// enough: at least `seal_idle_min_bytes`, and at least what arrives in one linger at the
-/// current rate (up to a quarter of `max_bytes`), so that quiet seals never make more PUTs
-/// per second than the linger would at moderate rates; at high rates, where objects fill by
-/// size anyway, the rest of a burst does not wait for the linger.
+/// When the open object may be sealed for quiet (see [`FlushSettings::seal_idle`]):
+/// `seal_idle` after its last add, but not before one linger after the last seal by time.
+/// Every object opens after the seal before it, so a linger seal also comes at least one
+/// linger after the last seal by time: together they make at most one PUT per linger,
+/// whatever the partition count or the traffic's shape. Seals by size come on top only when
+/// an object fills to `max_bytes` within a linger. So a sporadic producer is acknowledged
+/// after a PUT instead of a linger, and a steady one after at most a linger and a PUT.
 fn idle_seal_at(s: &FlushSettings, st: &State) -> Option<Instant> {
-    let cap = (s.max_bytes / 4).max(s.seal_idle_min_bytes);
-    let threshold = st.ingest.per_linger().clamp(s.seal_idle_min_bytes, cap);
-    if s.seal_idle.is_zero() || st.open.bytes < threshold {
+    if s.seal_idle.is_zero() {
         return None;
     }
-    st.open.last_add.map(|t| t + s.seal_idle)
+    let quiet = st.open.last_add? + s.seal_idle;
+    Some(match st.last_timed_seal {
+        Some(last) => quiet.max(last + s.linger),
+        None => quiet,
+    })
 }
 
 /// A delay in `[backoff/2, backoff)` drawn from (sequence, attempt), so runs are reproducible

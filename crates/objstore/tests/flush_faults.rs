@@ -89,7 +89,6 @@ fn settings() -> FlushSettings {
         backoff_max: Duration::from_millis(400),
         // Off here; its own test turns it on.
         seal_idle: Duration::ZERO,
-        seal_idle_min_bytes: 0,
     }
 }
 
@@ -193,35 +192,38 @@ async fn linger_seals_after_the_interval_and_empty_objects_are_never_put() {
 }
 
 #[tokio::test]
-async fn a_quiet_object_worth_a_put_is_sealed_before_its_linger_and_a_small_one_is_not() {
-    let (one, _) = batches(0, 1, 1);
+async fn a_quiet_object_is_sealed_early_but_seals_by_time_stay_one_per_linger() {
+    let linger = Duration::from_secs(2);
     let h = start(
         FlushSettings {
-            linger: Duration::from_secs(60),
+            linger,
             seal_idle: Duration::from_millis(20),
-            seal_idle_min_bytes: one.len() * 2,
             ..settings()
         },
         0,
     );
-    // One batch: below the minimum, so it waits for the linger (or a flush).
-    let (data, next) = batches(0, 1, 1);
-    let small = h.flusher.add_run(topic(1), 0, &data, &[]).unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(small.outcome().is_none(), "a small quiet object was sealed");
-    // A second batch makes it worth a PUT: sealed once nothing more comes for 20 ms.
-    let (data, _) = batches(next, 1, 2);
+    // Nothing was sealed by time yet: one quiet batch is sealed after 20 ms, not 2 s.
     let t0 = Instant::now();
-    let big = h.flusher.add_run(topic(1), 0, &data, &[]).unwrap();
-    assert_eq!(big.sequence(), small.sequence());
-    assert_eq!(big.wait().await, Ok(0));
+    let (data, next) = batches(0, 1, 1);
+    let first = h.flusher.add_run(topic(1), 0, &data, &[]).unwrap();
+    assert_eq!(first.wait().await, Ok(0));
     let waited = t0.elapsed();
     assert!(
-        waited >= Duration::from_millis(20) && waited < Duration::from_secs(5),
+        waited >= Duration::from_millis(20) && waited < Duration::from_millis(1500),
         "{waited:?}"
     );
-    // Adds that keep coming do not let it be quiet: a stream every 5 ms stays open.
-    let mut next_offset = 100;
+    // Quiet again 500 ms later, but the last seal by time was less than a linger ago: sealed
+    // one linger after the first (~2 s from t0), before its own linger would (~2.5 s).
+    tokio::time::sleep_until(t0 + Duration::from_millis(500)).await;
+    let (data, mut next_offset) = batches(next, 1, 2);
+    let second = h.flusher.add_run(topic(1), 0, &data, &[]).unwrap();
+    assert_eq!(second.wait().await, Ok(1));
+    let waited = t0.elapsed();
+    assert!(
+        waited >= linger && waited < Duration::from_millis(2450),
+        "sealed at {waited:?}, not one linger after the first seal"
+    );
+    // Adds that keep coming do not let it be quiet: a stream every 5 ms stays one object.
     let mut last = None;
     for i in 0..20 {
         let (data, n) = batches(next_offset, 1, i);
@@ -230,13 +232,11 @@ async fn a_quiet_object_worth_a_put_is_sealed_before_its_linger_and_a_small_one_
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let last = last.unwrap();
-    assert_eq!(last.sequence(), 1, "a busy object was split");
-    // Quiet now, but it holds less than what arrived in this linger interval (the three
-    // earlier batches count too): sealing it would make more PUTs than the linger does.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(last.outcome().is_none(), "sealed below a linger's worth");
+    assert_eq!(last.sequence(), 2, "a busy object was split");
     h.flusher.shutdown().await;
-    assert_eq!(last.wait().await, Ok(1));
+    assert_eq!(last.wait().await, Ok(2));
+    let stats = h.flusher.stats();
+    assert_eq!(stats.objects_committed, 3);
 }
 
 #[tokio::test]
