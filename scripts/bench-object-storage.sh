@@ -29,7 +29,8 @@
 #     load with idempotence off and 32 requests in flight per connection
 #   WARMUP_S [5], DURATION_S [15: throughput], LAT_DURATION_S [20: latency and puts]
 #   TP_PRODUCERS [2], TP_OBJECT_ARGS [none: extra `serve` flags for object mode, throughput]
-#   LINGERS [25 100 250], LAT_CLIENTS [idempotent pipelined], LAT_BATCH [1048576]
+#   LINGERS [25 100 250], LAT_CLIENTS [idempotent pipelined], LAT_BATCH [1048576],
+#   LAT_CLIENT_LINGER_MS [1: the producers' linger.ms in the latency part]
 #   PARTITION_COUNTS [1 100 1000], PUTS_RATE [5MB/s], BACKLOG_MIB [2048]
 #   PUT_COUNT [200: PUTs per put_latency run], KAFKA_BASELINE_DIR
 set -euo pipefail
@@ -52,6 +53,7 @@ puts_rate="${PUTS_RATE:-5MB/s}"
 backlog_mib="${BACKLOG_MIB:-2048}"
 put_count="${PUT_COUNT:-200}"
 lat_batch="${LAT_BATCH:-1048576}"
+lat_client_linger="${LAT_CLIENT_LINGER_MS:-1}"
 tp_producers="${TP_PRODUCERS:-2}"
 lat_clients="${LAT_CLIENTS:-idempotent pipelined}"
 tp_object_args="${TP_OBJECT_ARGS:-}"
@@ -284,7 +286,7 @@ if [[ " $cases " == *" latency "* ]]; then
     wl="$out/latency-$client.toml"
     # 1 MiB batches: an idempotent producer can have at most 5 x batch_size waiting for PUTs; at
     # 10 MB/s per producer and a 250 ms linger the default 128 KiB batches are too small.
-    write_workload "$wl" "fixed-20mbps-$client" 6 2 2 "20MB/s" 1 "$lat_batch" "$warmup_s" "$lat_duration_s"
+    write_workload "$wl" "fixed-20mbps-$client" 6 2 2 "20MB/s" "$lat_client_linger" "$lat_batch" "$warmup_s" "$lat_duration_s"
     if [ "$client" = pipelined ]; then
       sed -i 's/^repeats = 1$/repeats = 1\nidempotence = false/' "$wl"
       printf '\n[producer_config]\n"max.in.flight.requests.per.connection" = "32"\n' >> "$wl"
@@ -462,9 +464,9 @@ EOF
 fi
 
 # --- summary ------------------------------------------------------------------------------------
-python3 - "$out" <<'EOF' | tee "$out/summary.txt"
+python3 - "$out" "$lat_duration_s" <<'EOF' | tee "$out/summary.txt"
 import csv, os, statistics, sys
-out = sys.argv[1]
+out, window_s = sys.argv[1], float(sys.argv[2])
 def rows(name):
     p = os.path.join(out, name)
     return list(csv.DictReader(open(p))) if os.path.exists(p) else []
@@ -509,7 +511,9 @@ pu = rows("puts.csv")
 if pu:
     print("3. PUTs per second at the default linger (250 ms: target <= 4)")
     for r in pu:
-        ok = float(r["puts_per_s"]) <= 4.0
+        # A window of window_s seconds can hold 4 * window_s + 1 PUTs spaced 250 ms apart
+        # (both ends), and is at least window_s long: one PUT of slack.
+        ok = float(r["puts_per_s"]) <= 4.0 + 1.0 / window_s
         print(f"  {r['partitions']:>5} partitions: {r['puts_per_s']} PUTs/s, {r['object_bytes']} B per object,"
               f" {float(r['produce_rps']):.0f} records/s, CPU s/M {r['cpu_s_per_million']}: {'met' if ok else 'NOT met'}")
 dr = rows("drain.csv")

@@ -17,6 +17,8 @@ use crate::topics::TopicError;
 pub const NONE: i16 = 0;
 /// An ApiVersions request of a version this broker does not know (answered as v0).
 pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+/// A wait inside the broker (stored data loading) did not end in time; retriable.
+pub const REQUEST_TIMED_OUT: i16 = ResponseError::RequestTimedOut.code();
 
 /// The Kafka error code for a refused produce to one partition.
 pub(crate) fn produce_error_code(e: &ProduceError) -> i16 {

@@ -252,9 +252,13 @@ impl Broker {
             RequestKind::DescribeCluster(req) => ready(ResponseKind::DescribeCluster(
                 handlers::cluster::describe_cluster(self, req),
             )),
-            RequestKind::ListOffsets(req) => ready(ResponseKind::ListOffsets(
-                handlers::list_offsets::handle(self, req, version),
-            )),
+            RequestKind::ListOffsets(req) => async move {
+                let failed = handlers::list_offsets::prepare(&this, &req).await;
+                Some(ResponseKind::ListOffsets(handlers::list_offsets::handle(
+                    &this, req, version, &failed,
+                )))
+            }
+            .boxed(),
             RequestKind::InitProducerId(req) => handlers::init_producer_id::handle(self, req),
             RequestKind::FindCoordinator(req) => ready(ResponseKind::FindCoordinator(
                 handlers::groups::find_coordinator(self, req, version),

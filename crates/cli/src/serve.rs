@@ -123,10 +123,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     tracing::warn!("no HTTP API keys configured: the HTTP API on {bound} accepts every request");
                 }
                 tracing::info!("http listening on {bound}");
-                let series = backend.clone().map(|b| {
-                    sluice_http::StorageSeries(Arc::new(move || b.render_metrics()))
+                let storage = backend.clone().map(|b| {
+                    let ready = b.clone();
+                    sluice_http::StorageHooks {
+                        series: Arc::new(move || b.render_metrics()),
+                        not_ready: Arc::new(move || ready.not_ready()),
+                    }
                 });
-                let state = AppState::with_storage_series(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone(), series);
+                let state = AppState::with_storage(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone(), storage);
                 Some(tokio::spawn(sluice_http::serve(listener, state)))
             }
             None => None,

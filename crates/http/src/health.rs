@@ -1,5 +1,6 @@
 //! `/healthz` (the process answers), `/readyz` (it serves requests: 503 once shutdown has
-//! begun, and while the data directory is full) and `/metrics` (Prometheus text).
+//! begun, while the data directory is full, and while the storage backend cannot take
+//! writes) and `/metrics` (Prometheus text).
 
 use std::sync::Arc;
 
@@ -20,7 +21,8 @@ pub async fn healthz() -> Json<serde_json::Value> {
 /// directory is full: `{"status":"data_dir_full","error":..,"data_dir":..,"free_bytes":..}`.
 /// A full directory still serves reads, but a load balancer should send writes elsewhere; the
 /// state is rechecked (`statvfs`) on every call while it lasts, so the answer turns to 200 as
-/// soon as space is freed.
+/// soon as space is freed. In object-storage mode, also 503 while this broker may not write to
+/// the bucket (its writer lease lapsed or was lost): `{"status":"writer_lease_lapsed",..}`.
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     if *state.shutdown.borrow() {
         return Err(ApiError::unavailable("shutting down"));
@@ -48,6 +50,14 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Response, ApiE
             .insert(header::RETRY_AFTER, HeaderValue::from(1));
         return Ok(response);
     }
+    if let Some((status, error)) = state.storage.as_ref().and_then(|s| (s.not_ready)()) {
+        let body = json!({ "status": status, "error": error });
+        let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(1));
+        return Ok(response);
+    }
     Ok(Json(json!({ "status": "ready" })).into_response())
 }
 
@@ -55,8 +65,8 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Response, ApiE
 pub async fn metrics(State(state): State<Arc<AppState>>, _principal: Principal) -> Response {
     let text = tokio::task::spawn_blocking(move || {
         let mut text = sluice_broker::metrics::render(&state.broker, &[&state.metrics]);
-        if let Some(series) = &state.storage_series {
-            text.push_str(&(series.0)());
+        if let Some(storage) = &state.storage {
+            text.push_str(&(storage.series)());
         }
         text
     })

@@ -139,18 +139,24 @@ pub struct AppState {
     /// Round-robin counter for produce requests with keyless records: each such request takes
     /// the next value, modulo the topic's partition count.
     pub next_partition: AtomicU32,
-    /// More series for `/metrics` from the storage backend (object-storage mode's PUTs, GETs
-    /// and caches), appended after the broker's.
-    pub storage_series: Option<StorageSeries>,
+    /// What the storage backend adds to `/metrics` and `/readyz` (object-storage mode).
+    pub storage: Option<StorageHooks>,
 }
 
-/// Renders a storage backend's `/metrics` series (Prometheus text).
+/// A storage backend's part of the operational routes.
 #[derive(Clone)]
-pub struct StorageSeries(pub Arc<dyn Fn() -> String + Send + Sync>);
+pub struct StorageHooks {
+    /// More series for `/metrics` (object-storage mode's PUTs, GETs and caches, Prometheus
+    /// text), appended after the broker's.
+    pub series: Arc<dyn Fn() -> String + Send + Sync>,
+    /// Why the backend cannot take writes now (`/readyz` answers 503 with it), as
+    /// `(status, error)`, e.g. `("writer_lease_lapsed", "...")`; `None` when it can.
+    pub not_ready: Arc<dyn Fn() -> Option<(&'static str, String)> + Send + Sync>,
+}
 
-impl std::fmt::Debug for StorageSeries {
+impl std::fmt::Debug for StorageHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StorageSeries")
+        f.write_str("StorageHooks")
     }
 }
 
@@ -161,16 +167,16 @@ impl AppState {
         auth: Arc<auth::Auth>,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<AppState> {
-        Self::with_storage_series(broker, config, auth, shutdown, None)
+        Self::with_storage(broker, config, auth, shutdown, None)
     }
 
-    /// [`AppState::new`] with a storage backend's series for `/metrics`.
-    pub fn with_storage_series(
+    /// [`AppState::new`] with a storage backend's part of `/metrics` and `/readyz`.
+    pub fn with_storage(
         broker: Arc<Broker>,
         config: HttpConfig,
         auth: Arc<auth::Auth>,
         shutdown: watch::Receiver<bool>,
-        storage_series: Option<StorageSeries>,
+        storage: Option<StorageHooks>,
     ) -> Arc<AppState> {
         let limits = limits::Limits::new(&config);
         Arc::new(AppState {
@@ -181,7 +187,7 @@ impl AppState {
             metrics: metrics::HttpMetrics::default(),
             shutdown,
             next_partition: AtomicU32::new(0),
-            storage_series,
+            storage,
         })
     }
 }

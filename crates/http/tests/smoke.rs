@@ -2,7 +2,13 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::Api;
+use sluice_broker::{Broker, BrokerConfig};
+use sluice_http::auth::Auth;
+use sluice_http::{AppState, HttpConfig, StorageHooks};
+use tokio::sync::watch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_unknown_route() {
@@ -18,4 +24,61 @@ async fn health_and_unknown_route() {
     let r = api.client.put(api.at("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 405);
     api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_hooks_add_series_and_turn_readyz_to_503() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
+    let lapsed = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&lapsed);
+    let hooks = StorageHooks {
+        series: Arc::new(|| "# TYPE sluice_object_test gauge\nsluice_object_test 7\n".to_owned()),
+        not_ready: Arc::new(move || {
+            flag.load(Ordering::Relaxed)
+                .then(|| ("writer_lease_lapsed", "the writer lease lapsed".to_owned()))
+        }),
+    };
+    let (stop, stop_rx) = watch::channel(false);
+    let auth = Arc::new(Auth::new(Vec::new()).unwrap());
+    let state = AppState::with_storage(
+        Arc::clone(&broker),
+        HttpConfig::default(),
+        auth,
+        stop_rx,
+        Some(hooks),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(sluice_http::serve(listener, state));
+    let client = reqwest::Client::new();
+
+    let r = client.get(format!("{url}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let text = client
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("\nsluice_object_test 7\n"), "{text}");
+
+    lapsed.store(true, Ordering::Relaxed);
+    let r = client.get(format!("{url}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "writer_lease_lapsed");
+    assert_eq!(body["error"], "the writer lease lapsed");
+
+    lapsed.store(false, Ordering::Relaxed);
+    let r = client.get(format!("{url}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    let _ = stop.send(true);
+    task.await.unwrap().unwrap();
+    broker.shutdown();
 }

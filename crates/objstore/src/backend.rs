@@ -349,6 +349,52 @@ impl ObjectBackend {
     pub fn render_metrics(&self) -> String {
         crate::metrics::render(self)
     }
+
+    /// Why this broker cannot acknowledge writes now, as `(status, error)` for `/readyz`:
+    /// its writer lease lapsed (renewals failing: writes wait and resume when one succeeds),
+    /// was lost to another broker, or was released at shutdown. `None` while it may write.
+    pub fn not_ready(&self) -> Option<(&'static str, String)> {
+        use crate::lease::LeaseStatus;
+        match self.lease_status() {
+            LeaseStatus::Held {
+                valid_until_ms,
+                renew_error,
+                ..
+            } => {
+                let now = self.now_ms();
+                (now >= valid_until_ms).then(|| {
+                    let why = renew_error.map_or_else(
+                        || "no renewal has succeeded yet".to_owned(),
+                        |e| e.to_string(),
+                    );
+                    (
+                        "writer_lease_lapsed",
+                        format!(
+                            "the writer lease on {} lapsed {} ms ago: produce waits until a \
+                             renewal succeeds ({why})",
+                            self.core.url_label(),
+                            now - valid_until_ms
+                        ),
+                    )
+                })
+            }
+            LeaseStatus::Lost(e) => Some((
+                "writer_lease_lost",
+                format!(
+                    "the writer lease on {} is lost: this broker no longer writes there ({e}); \
+                     restart it to take the lease again",
+                    self.core.url_label()
+                ),
+            )),
+            LeaseStatus::Released => Some((
+                "writer_lease_released",
+                format!(
+                    "the writer lease on {} was released at shutdown",
+                    self.core.url_label()
+                ),
+            )),
+        }
+    }
 }
 
 impl PartitionOpener for ObjectBackend {

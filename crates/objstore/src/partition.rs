@@ -447,6 +447,24 @@ impl PartitionStorage for ObjectPartition {
         )
     }
 
+    fn prepare_offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Option<BoxFuture<'_, Result<(), StorageError>>> {
+        let run = {
+            let st = self.lock();
+            st.runs
+                .values()
+                .find(|r| r.max_timestamp >= timestamp_ms)
+                .copied()
+        }?;
+        if self.core.cache().contains(run.object_seq, run.range()) {
+            return None;
+        }
+        // The run that holds the time comes first from its own base offset.
+        self.prepare_read(run.base_offset, 1)
+    }
+
     fn wait_past(&self, offset: i64) -> BoxFuture<'_, ()> {
         async move {
             let changed = self.changed.notified();
@@ -474,8 +492,9 @@ impl PartitionStorage for ObjectPartition {
         let Some(run) = found else {
             return Ok(None);
         };
-        // With the run cached, the exact record; else the run's first offset (earlier records
-        // of the run come too, never later ones).
+        // With the run cached (`prepare_offset_for_timestamp` loads it), the exact record;
+        // else (evicted in between) the run's first offset: earlier records of the run come
+        // too, never later ones.
         if let Some(bytes) = self.cached_run(&run)? {
             let mut rest = &bytes[..];
             while let Ok(view) = BatchView::parse(rest) {

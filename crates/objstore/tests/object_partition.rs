@@ -282,3 +282,96 @@ async fn an_open_partition_reads_through_compaction_and_cleaning() {
     assert_eq!(read_all(&*p, 0).await[..letters.len()], want[..]);
     backend.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timestamp_lookup_on_a_cold_cache_loads_its_run_and_is_exact() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    // Three batches 10 ms apart in one append: one run of one object.
+    let t0 = 1_700_000_000_000;
+    let mut batches = Vec::new();
+    for (i, v) in ["a", "b", "c"].iter().enumerate() {
+        batches.extend(batch(
+            t0 + 10 * i as i64,
+            &[Record {
+                timestamp_delta: 0,
+                key: None,
+                value: Some(v.as_bytes()),
+            }],
+        ));
+    }
+    p.append(&batches).unwrap().durable().await.unwrap();
+    backend.shutdown().await;
+
+    // A new data directory: nothing cached.
+    let dir2 = tempfile::tempdir().unwrap();
+    let backend = open(Arc::clone(&store), dir2.path()).await;
+    let p = backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap();
+    assert_eq!(p.high_watermark(), 3);
+    // Without the load, only the run's first offset is known.
+    assert_eq!(p.offset_for_timestamp(t0 + 15).unwrap(), Some((0, t0 + 20)));
+    let load = p
+        .prepare_offset_for_timestamp(t0 + 15)
+        .expect("a cold run must load first");
+    load.await.unwrap();
+    assert_eq!(p.offset_for_timestamp(t0 + 15).unwrap(), Some((2, t0 + 20)));
+    assert_eq!(p.offset_for_timestamp(t0).unwrap(), Some((0, t0)));
+    // Loaded now: nothing more to wait for; and no run holds a later time.
+    assert!(p.prepare_offset_for_timestamp(t0 + 15).is_none());
+    assert!(p.prepare_offset_for_timestamp(t0 + 21).is_none());
+    assert_eq!(p.offset_for_timestamp(t0 + 21).unwrap(), None);
+    backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_while_the_writer_lease_has_lapsed_and_ready_again_after_a_renewal() {
+    let faulty = Arc::new(FaultyStore::new(Arc::new(InMemory::new())));
+    let store: Arc<dyn ObjectStore> = Arc::clone(&faulty) as Arc<dyn ObjectStore>;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path());
+    s.lease = LeaseSettings {
+        duration: Duration::from_millis(600),
+        renew_interval: Duration::from_millis(150),
+        op_timeout: Duration::from_millis(100),
+    };
+    let backend = open_with(Arc::clone(&store), dir.path(), s).await;
+    assert_eq!(backend.not_ready(), None);
+
+    // Every request fails: renewals fail until the lease lapses.
+    faulty.down();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (status, error) = loop {
+        if let Some(why) = backend.not_ready() {
+            break why;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, "writer_lease_lapsed");
+    assert!(
+        error.contains("s3://bucket/p") && error.contains("lapsed"),
+        "{error}"
+    );
+
+    // The store is back: the next renewal makes the broker ready again.
+    faulty.up();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while backend.not_ready().is_some() {
+        assert!(std::time::Instant::now() < deadline, "never ready again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    backend.shutdown().await;
+    assert_eq!(
+        backend.not_ready().map(|(status, _)| status),
+        Some("writer_lease_released")
+    );
+}

@@ -91,6 +91,17 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Brings what [`offset_for_timestamp`](Self::offset_for_timestamp) at `timestamp_ms`
+    /// needs into memory, as [`prepare_read`](Self::prepare_read) does for a read: `None`
+    /// means the lookup needs no I/O that waits. Without it, a backend that keeps its data
+    /// elsewhere may answer the first offset of the stored unit that holds the time.
+    fn prepare_offset_for_timestamp(
+        &self,
+        _timestamp_ms: i64,
+    ) -> Option<BoxFuture<'_, Result<(), StorageError>>> {
+        None
+    }
+
     /// The idempotent batches producer state needs (the last few per producer), when the
     /// backend keeps them apart from the data; `None` means replay the data (the local log).
     fn producer_history(&self) -> Option<Vec<ProducerBatch>> {

@@ -5,8 +5,11 @@ use sluice_protocol::kafka_protocol::messages::list_offsets_response::{
 };
 use sluice_protocol::kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use crate::handlers::ReadError;
-use crate::storage::OffsetSpec;
+use crate::storage::{LOAD_WAIT_MAX, OffsetSpec, PartitionStorage};
 use crate::{Broker, errors};
 
 /// ListOffsets' "max timestamp" (KIP-734), which Sluice does not implement.
@@ -24,7 +27,68 @@ fn offset_spec(timestamp: i64) -> Option<OffsetSpec> {
     }
 }
 
-pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+/// Partitions whose timestamp lookup could not load its stored data: (topic, partition) to
+/// the error code to answer.
+pub type Failed = HashMap<(String, i32), i16>;
+
+/// A timestamp lookup to prepare: (topic, partition), its storage, the time.
+type Lookup = ((String, i32), Arc<dyn PartitionStorage>, i64);
+
+/// Loads what the timestamp lookups of `req` need, for a backend that keeps its data
+/// elsewhere (object storage), so that [`handle`] answers the exact record; at most
+/// [`LOAD_WAIT_MAX`]. Returns the partitions whose load failed or timed out.
+pub async fn prepare(broker: &Broker, req: &ListOffsetsRequest) -> Failed {
+    let mut wanted: Vec<Lookup> = Vec::new();
+    for t in &req.topics {
+        let Some(topic) = broker.topics().get(&t.name.0) else {
+            continue;
+        };
+        for p in &t.partitions {
+            if let (Some(OffsetSpec::Timestamp(ms)), Some(log)) =
+                (offset_spec(p.timestamp), topic.partition(p.partition_index))
+            {
+                wanted.push(((t.name.0.to_string(), p.partition_index), log, ms));
+            }
+        }
+    }
+    let loads: Vec<_> = wanted
+        .iter()
+        .filter_map(|(key, log, ms)| {
+            log.prepare_offset_for_timestamp(*ms)
+                .map(|load| async move { (key, load.await) })
+        })
+        .collect();
+    let mut failed = Failed::new();
+    if loads.is_empty() {
+        return failed;
+    }
+    match tokio::time::timeout(LOAD_WAIT_MAX, futures::future::join_all(loads)).await {
+        Ok(results) => {
+            for (key, result) in results {
+                if let Err(e) = result {
+                    tracing::warn!(topic = %key.0, partition = key.1, error = %e, "could not load stored data for a timestamp lookup");
+                    failed.insert(key.clone(), errors::storage_error_code(&e));
+                }
+            }
+        }
+        Err(_) => {
+            tracing::warn!(
+                "stored data for a timestamp lookup did not load within {LOAD_WAIT_MAX:?}"
+            );
+            for (key, _, _) in &wanted {
+                failed.insert(key.clone(), errors::REQUEST_TIMED_OUT);
+            }
+        }
+    }
+    failed
+}
+
+pub fn handle(
+    broker: &Broker,
+    req: ListOffsetsRequest,
+    version: i16,
+    failed: &Failed,
+) -> ListOffsetsResponse {
     // The leader epoch field exists from v4.
     let epoch = if version >= 4 { 0 } else { -1 };
     let topics = req
@@ -45,6 +109,9 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         let e = ReadError::UnknownTopicOrPartition;
                         return response.with_error_code(errors::read_error_code(&e));
                     };
+                    if let Some(code) = failed.get(&(t.name.0.to_string(), p.partition_index)) {
+                        return response.with_error_code(*code);
+                    }
                     let found = match offset_spec(p.timestamp) {
                         _ if p.timestamp == MAX_TIMESTAMP => {
                             let e = ReadError::MaxTimestamp;
