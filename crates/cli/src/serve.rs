@@ -95,7 +95,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         broker_config.advertised_port = i32::from(bound.port());
         let started = std::time::Instant::now();
         let backend = match &storage {
-            Some(storage) => Some(open_object_storage(storage, &data_dir, broker_config.memory_limit).await?),
+            Some(storage) => Some(open_object_storage(storage, &data_dir).await?),
             None => None,
         };
         let opener = backend.clone().map(|b| b as Arc<dyn sluice_broker::storage::PartitionOpener>);
@@ -181,16 +181,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Largest recent-objects memory cache (a slice of --memory-limit: tail readers are served
-/// from it without a GET).
-const RECENT_OBJECTS_BYTES_MAX: usize = 64 << 20;
-
 /// Opens object-storage mode: logs `storage: s3://BUCKET/PREFIX`, then the bucket's start
 /// check, the writer lease and the catch-up with the bucket; any failure is one line.
 async fn open_object_storage(
     storage: &StorageSettings,
     data_dir: &std::path::Path,
-    memory_limit: usize,
 ) -> anyhow::Result<Arc<sluice_objstore::ObjectBackend>> {
     use sluice_objstore::{BucketConfig, ObjectBackend, ObjectSettings};
     tracing::info!("storage: {}", storage.url);
@@ -204,7 +199,7 @@ async fn open_object_storage(
             ..Default::default()
         },
         cache: sluice_objstore::cache::CacheSettings {
-            memory_bytes: RECENT_OBJECTS_BYTES_MAX.min(memory_limit / 8),
+            memory_bytes: storage.memory_bytes,
             disk_bytes: storage.cache_bytes,
             ..sluice_objstore::cache::CacheSettings::new(data_dir)
         },

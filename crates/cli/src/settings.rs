@@ -133,7 +133,9 @@ settings! {
         max_request_bytes: ByteSize,
         /// What the broker may hold for clients in all: requests from their first byte, fetch
         /// responses until written, HTTP bodies and reads. When it is used up, connections stop
-        /// reading and fetches return less. A size such as 256MiB or 1GiB [default: 512MiB]
+        /// reading and fetches return less. In object-storage mode the objects being written
+        /// and the recent-objects cache come out of it first. A size such as 256MiB or 1GiB
+        /// [default: 512MiB]
         #[arg(long, env = "SLUICE_MEMORY_LIMIT")]
         memory_limit: ByteSize,
         /// Most bytes one Fetch response carries; a client's max_bytes of 0 or less means this
@@ -185,10 +187,10 @@ settings! {
         /// written (acknowledged after its PUT) [default: 250]
         #[arg(long, env = "SLUICE_OBJECT_LINGER_MS")]
         object_linger_ms: u64,
-        /// Object storage: an object is written once it holds this much [default: 8MiB]
+        /// Object storage: an object is written once it holds this much [default: 4MiB]
         #[arg(long, env = "SLUICE_OBJECT_MAX_BYTES")]
         object_max_bytes: ByteSize,
-        /// Object storage: objects being written at once [default: 2]
+        /// Object storage: objects being written at once [default: 4]
         #[arg(long, env = "SLUICE_OBJECT_PUTS_IN_FLIGHT")]
         object_puts_in_flight: usize,
         /// Object storage: local disk kept for ranges read from the bucket; 0 disables it
@@ -242,13 +244,28 @@ pub struct StorageSettings {
     pub max_bytes: usize,
     pub puts_in_flight: usize,
     pub cache_bytes: u64,
+    /// The recent-objects memory cache: a slice of `memory_limit`
+    /// ([`Settings::apply_memory_limit`]).
+    pub memory_bytes: usize,
+}
+
+impl StorageSettings {
+    /// The most the flusher holds: the open object, the sealed ones waiting for a PUT slot
+    /// and those in flight, each up to `max_bytes`.
+    pub fn flush_bytes(&self) -> usize {
+        (1 + sluice_objstore::flush::DEFAULT_SEALED_MAX + self.puts_in_flight)
+            .saturating_mul(self.max_bytes)
+    }
 }
 
 /// Object-storage defaults (docs/object-storage.md, "Named limits").
 pub const OBJECT_LINGER_MS_DEFAULT: u64 = 250;
-pub const OBJECT_MAX_BYTES_DEFAULT: u64 = 8 << 20;
-pub const OBJECT_PUTS_IN_FLIGHT_DEFAULT: usize = 2;
+pub const OBJECT_MAX_BYTES_DEFAULT: u64 = 4 << 20;
+pub const OBJECT_PUTS_IN_FLIGHT_DEFAULT: usize = 4;
 pub const CACHE_BYTES_DEFAULT: u64 = 1 << 30;
+/// Largest recent-objects memory cache (an eighth of `memory_limit` up to this): tail readers
+/// are served from it without a GET.
+pub const RECENT_OBJECTS_BYTES_MAX: usize = 64 << 20;
 
 impl Settings {
     /// Fills in defaults and checks every value. Each config type checks its own values
@@ -277,8 +294,13 @@ impl Settings {
         http_config.validate()?;
         broker_config.validate()?;
         server_config.validate()?;
-        self.apply_memory_limit(&mut broker_config, &mut server_config, &mut http_config)?;
-        let storage = self.storage_settings()?;
+        let mut storage = self.storage_settings()?;
+        self.apply_memory_limit(
+            &mut broker_config,
+            &mut server_config,
+            &mut http_config,
+            storage.as_mut(),
+        )?;
         Ok(Resolved {
             data_dir,
             kafka_addr,
@@ -327,6 +349,7 @@ impl Settings {
             cache_bytes: self
                 .cache_bytes
                 .map_or(CACHE_BYTES_DEFAULT, ByteSize::bytes),
+            memory_bytes: 0,
         }))
     }
 
@@ -441,20 +464,50 @@ impl Settings {
         broker: &mut BrokerConfig,
         server: &mut ServerConfig,
         http: &mut HttpConfig,
+        storage: Option<&mut StorageSettings>,
     ) -> anyhow::Result<()> {
         let memory_limit = self.memory_limit.map_or(
             sluice_broker::memory::MEMORY_LIMIT_DEFAULT as u64,
             ByteSize::bytes,
         );
         let memory_limit = usize::try_from(memory_limit).unwrap_or(usize::MAX);
+        // Object storage's buffers come out of the budget first: the flusher's objects and
+        // the recent-objects cache. At most half of it, so requests keep the rest.
+        let (memory_limit, budget) = match storage {
+            None => (
+                memory_limit,
+                format!("memory_limit ({})", ByteSize(memory_limit as u64)),
+            ),
+            Some(storage) => {
+                storage.memory_bytes = RECENT_OBJECTS_BYTES_MAX.min(memory_limit / 8);
+                let flush = storage.flush_bytes();
+                if flush.saturating_add(storage.memory_bytes) > memory_limit / 2 {
+                    bail!(
+                        "object storage holds up to {} of objects being written ((1 open + {} sealed + {} in flight) x object_max_bytes {}): that is more than half of memory_limit ({}); lower object_max_bytes or object_puts_in_flight, or raise memory_limit",
+                        ByteSize(flush as u64),
+                        sluice_objstore::flush::DEFAULT_SEALED_MAX,
+                        storage.puts_in_flight,
+                        ByteSize(storage.max_bytes as u64),
+                        ByteSize(memory_limit as u64)
+                    );
+                }
+                let left = memory_limit - flush - storage.memory_bytes;
+                let budget = format!(
+                    "memory_limit ({}) less object storage's buffers ({})",
+                    ByteSize(memory_limit as u64),
+                    ByteSize(left as u64)
+                );
+                (left, budget)
+            }
+        };
         let to_usize = |v: ByteSize| usize::try_from(v.bytes()).unwrap_or(usize::MAX);
         // One request, and one fetch response, must fit in the budget with room to spare for
         // the others; unset, both limits shrink with a small budget instead of refusing to start.
         let half_budget = memory_limit / 2;
         server.max_request_bytes = match self.max_request_bytes.map(to_usize) {
             Some(v) if v > half_budget => bail!(
-                "max_request_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower max_request_bytes",
-                ByteSize(memory_limit as u64)
+                "max_request_bytes ({v}) must be at most half of {}: raise memory_limit or lower max_request_bytes",
+                budget
             ),
             Some(v) => v,
             None => server.max_request_bytes.min(memory_limit / 4),
@@ -462,16 +515,15 @@ impl Settings {
         broker.fetch_max_bytes = match self.fetch_max_bytes.map(to_usize) {
             Some(0) => bail!("fetch_max_bytes must be at least 1"),
             Some(v) if v > half_budget => bail!(
-                "fetch_max_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower fetch_max_bytes",
-                ByteSize(memory_limit as u64)
+                "fetch_max_bytes ({v}) must be at most half of {}: raise memory_limit or lower fetch_max_bytes",
+                budget
             ),
             Some(v) => v,
             None => broker.fetch_max_bytes.min(memory_limit / 4),
         };
         if server.max_request_bytes < 1024 || broker.fetch_max_bytes < 1024 {
             bail!(
-                "memory_limit ({}) is too small to serve requests: give it at least 4KiB, and 64MiB or more in practice",
-                ByteSize(memory_limit as u64)
+                "{budget} is too small to serve requests: give memory_limit at least 4KiB, and 64MiB or more in practice"
             );
         }
         broker.memory_limit = memory_limit;
@@ -479,8 +531,8 @@ impl Settings {
         // share the Kafka fetch cap.
         match self.http_max_body_bytes {
             Some(v) if v > half_budget => bail!(
-                "http_max_body_bytes ({v}) must be at most half of memory_limit ({}): raise memory_limit or lower http_max_body_bytes",
-                ByteSize(memory_limit as u64)
+                "http_max_body_bytes ({v}) must be at most half of {}: raise memory_limit or lower http_max_body_bytes",
+                budget
             ),
             Some(_) => {}
             None => http.max_body_bytes = http.max_body_bytes.min(memory_limit / 4),
@@ -626,6 +678,57 @@ mod tests {
             let err = bad.resolve().err().expect(message);
             assert!(format!("{err:#}").contains(message), "{err:#}");
         }
+    }
+
+    #[test]
+    fn object_storage_buffers_come_out_of_the_memory_limit() {
+        let object = |memory: u64, max_bytes: u64, in_flight: usize| Settings {
+            http_addr: Some("off".to_owned()),
+            storage: Some("s3://bucket/prefix".to_owned()),
+            memory_limit: Some(ByteSize(memory)),
+            object_max_bytes: Some(ByteSize(max_bytes)),
+            object_puts_in_flight: Some(in_flight),
+            ..Settings::default()
+        };
+        // Defaults: 512 MiB, (1 open + 4 sealed + 4 in flight) x 4 MiB = 36 MiB of flush
+        // objects and a 64 MiB recent-objects cache; requests get the rest.
+        let resolved = Settings {
+            http_addr: Some("off".to_owned()),
+            storage: Some("s3://bucket/prefix".to_owned()),
+            ..Settings::default()
+        }
+        .resolve()
+        .unwrap();
+        let storage = resolved.storage.unwrap();
+        assert_eq!(storage.flush_bytes(), 36 << 20);
+        assert_eq!(storage.memory_bytes, 64 << 20);
+        assert_eq!(resolved.broker_config.memory_limit, (512 - 36 - 64) << 20);
+        // Local mode keeps the whole budget.
+        let local = Settings {
+            http_addr: Some("off".to_owned()),
+            ..Settings::default()
+        };
+        assert_eq!(
+            local.resolve().unwrap().broker_config.memory_limit,
+            512 << 20
+        );
+        // 64 MiB with small objects: 7 MiB of objects and an 8 MiB cache fit in half of it.
+        let resolved = object(64 << 20, 1 << 20, 2).resolve().unwrap();
+        assert_eq!(resolved.broker_config.memory_limit, (64 - 7 - 8) << 20);
+        // With the default objects they do not: one line that names what to change.
+        let err = object(64 << 20, 4 << 20, 4).resolve().err().unwrap();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("object storage holds up to 36MiB")
+                && err.contains("object_max_bytes")
+                && err.contains("memory_limit (64MiB)"),
+            "{err}"
+        );
+        // Request limits are checked against what is left.
+        let mut big_fetch = object(128 << 20, 1 << 20, 2);
+        big_fetch.fetch_max_bytes = Some(ByteSize(60 << 20));
+        let err = format!("{:#}", big_fetch.resolve().err().unwrap());
+        assert!(err.contains("less object storage's buffers"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Writes `--count` objects of `--bytes` each under `PREFIX/put-latency/<run>/` the way the
 //! flusher writes a flush object (one create-if-absent PUT, `If-None-Match: *`), at most
-//! `--in-flight` at a time (the broker's `--object-puts-in-flight` default is 2), then deletes
+//! `--in-flight` at a time (the broker's `--object-puts-in-flight` default is 4), then deletes
 //! them and prints the latency of the PUTs, first as one line for people, then as one
 //! `key=value` line for scripts (`scripts/bench-object-storage.sh` reads it).
 //!
@@ -30,7 +30,7 @@ use tokio::sync::Semaphore;
 /// The most objects one run may write: enough for a stable p99, and a bound on what a typo
 /// could leave in someone's bucket.
 const COUNT_MAX: usize = 100_000;
-/// The largest object: the broker's flush objects are at most `--object-max-bytes` (8 MiB by
+/// The largest object: the broker's flush objects are at most `--object-max-bytes` (4 MiB by
 /// default); 256 MiB leaves room for larger settings and stays well inside memory.
 const BYTES_MAX: usize = 256 << 20;
 /// PUTs at once, at most.

@@ -58,7 +58,7 @@ pub const REGION_DEFAULT: &str = "us-east-1";
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
 
 /// How long one request may take from send to the end of its response body. It must cover the
-/// largest PUT: an 8 MiB flush object at 2 MiB/s takes 4 s, so 30 s leaves room for a slow link
+/// largest PUT: a 4 MiB flush object at 2 MiB/s takes 2 s, so 30 s leaves room for a slow link
 /// while still ending a hung request long before a client's produce timeout.
 pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 

@@ -63,7 +63,7 @@ use crate::name::data_object_name;
 #[cfg(test)]
 use crate::name::object_name;
 
-/// Default bound of the recent-objects cache: eight flush objects of the default 8 MiB, i.e.
+/// Default bound of the recent-objects cache: sixteen flush objects of the default 4 MiB, i.e.
 /// the last two seconds of a busy broker at the default linger, which is where tail readers
 /// are. Part of the broker's memory budget.
 pub const MEMORY_BYTES_DEFAULT: usize = 64 << 20;

@@ -83,15 +83,19 @@ use crate::writer::ObjectWriter;
 /// amortises one PUT (tens of ms on S3, and billed per request) over many produces while
 /// keeping acks=all latency well under a second.
 pub const DEFAULT_LINGER: Duration = Duration::from_millis(250);
-/// Default object size at which the open object is sealed early: 8 MiB is large enough that
-/// S3's per-request cost and latency are amortised, small enough for one PUT to finish within
-/// seconds on a modest link.
-pub const DEFAULT_MAX_BYTES: usize = 8 << 20;
-/// Default PUT window: two objects in flight hide one PUT's latency behind the next linger
-/// without multiplying the memory held for them.
-pub const DEFAULT_PUTS_IN_FLIGHT: usize = 2;
-/// Default number of sealed objects waiting for a PUT slot: with the window, about six
-/// objects' worth (~50 MiB at the default size) before produces are refused with `Backlog`.
+/// Default object size at which the open object is sealed early: 4 MiB amortises S3's
+/// per-request cost ($0.005 per 1,000 PUTs: about $1.25 per TB written at this size, against
+/// $23 per TB-month stored) and finishes in one PUT within seconds on a modest link. Small
+/// enough that a busy broker keeps several PUTs in flight instead of one large one: against
+/// 8 MiB with 2 in flight, 4 MiB with 4 in flight wrote about a fifth more per second on 2
+/// cores (docs/benchmarks.md, "Object-storage mode").
+pub const DEFAULT_MAX_BYTES: usize = 4 << 20;
+/// Default PUT window: four objects in flight keep the bucket busy while acknowledgements
+/// travel back and producers send the next requests.
+pub const DEFAULT_PUTS_IN_FLIGHT: usize = 4;
+/// Default number of sealed objects waiting for a PUT slot: with the window and the open
+/// object, nine objects' worth (36 MiB at the default size, taken from `--memory-limit`)
+/// before produces are refused with `Backlog`.
 pub const DEFAULT_SEALED_MAX: usize = 4;
 /// Default PUT deadline, counted from the seal: spans a few of the S3 client's own bounded
 /// attempts (30 s request timeout) and a short outage; past it the produce fails with a
