@@ -38,7 +38,8 @@ pub struct ServeArgs {
     /// request_timeout_ms, connections_max_idle_ms, max_connections, max_connections_per_ip,
     /// max_message_bytes, group_initial_rebalance_delay_ms,
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max,
-    /// storage, object_linger_ms, object_max_bytes, object_puts_in_flight, cache_bytes)
+    /// storage, object_linger_ms, object_max_bytes, object_puts_in_flight,
+    /// object_put_timeout_ms, cache_bytes)
     #[arg(long, env = "SLUICE_CONFIG")]
     config: Option<PathBuf>,
     // Every other setting; each is a flag, a `SLUICE_*` variable and a TOML key.
@@ -196,6 +197,7 @@ async fn open_object_storage(
             linger: storage.linger,
             max_bytes: storage.max_bytes,
             puts_in_flight: storage.puts_in_flight,
+            put_timeout: storage.put_timeout,
             ..Default::default()
         },
         cache: sluice_objstore::cache::CacheSettings {

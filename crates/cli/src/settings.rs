@@ -193,6 +193,10 @@ settings! {
         /// Object storage: objects being written at once [default: 4]
         #[arg(long, env = "SLUICE_OBJECT_PUTS_IN_FLIGHT")]
         object_puts_in_flight: usize,
+        /// Object storage: how long a PUT is retried, from its object's seal, before its
+        /// produces fail with a retriable error (KAFKA_STORAGE_ERROR) [default: 30000]
+        #[arg(long, env = "SLUICE_OBJECT_PUT_TIMEOUT_MS")]
+        object_put_timeout_ms: u64,
         /// Object storage: local disk kept for ranges read from the bucket; 0 disables it
         /// [default: 1GiB]
         #[arg(long, env = "SLUICE_CACHE_BYTES")]
@@ -243,6 +247,7 @@ pub struct StorageSettings {
     pub linger: Duration,
     pub max_bytes: usize,
     pub puts_in_flight: usize,
+    pub put_timeout: Duration,
     pub cache_bytes: u64,
     /// The recent-objects memory cache: a slice of `memory_limit`
     /// ([`Settings::apply_memory_limit`]).
@@ -262,6 +267,7 @@ impl StorageSettings {
 pub const OBJECT_LINGER_MS_DEFAULT: u64 = 250;
 pub const OBJECT_MAX_BYTES_DEFAULT: u64 = 4 << 20;
 pub const OBJECT_PUTS_IN_FLIGHT_DEFAULT: usize = 4;
+pub const OBJECT_PUT_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const CACHE_BYTES_DEFAULT: u64 = 1 << 30;
 /// Largest recent-objects memory cache (an eighth of `memory_limit` up to this): tail readers
 /// are served from it without a GET.
@@ -341,11 +347,20 @@ impl Settings {
         if !(1..=64).contains(&puts_in_flight) {
             bail!("object_puts_in_flight must be between 1 and 64, not {puts_in_flight}");
         }
+        let put_timeout_ms = self
+            .object_put_timeout_ms
+            .unwrap_or(OBJECT_PUT_TIMEOUT_MS_DEFAULT);
+        if !(100..=3_600_000).contains(&put_timeout_ms) {
+            bail!(
+                "object_put_timeout_ms must be between 100 and 3600000 (an hour), not {put_timeout_ms}"
+            );
+        }
         Ok(Some(StorageSettings {
             url,
             linger: Duration::from_millis(linger),
             max_bytes: max_bytes as usize,
             puts_in_flight,
+            put_timeout: Duration::from_millis(put_timeout_ms),
             cache_bytes: self
                 .cache_bytes
                 .map_or(CACHE_BYTES_DEFAULT, ByteSize::bytes),
@@ -700,6 +715,7 @@ mod tests {
         .resolve()
         .unwrap();
         let storage = resolved.storage.unwrap();
+        assert_eq!(storage.put_timeout, Duration::from_secs(30));
         assert_eq!(storage.flush_bytes(), 36 << 20);
         assert_eq!(storage.memory_bytes, 64 << 20);
         assert_eq!(resolved.broker_config.memory_limit, (512 - 36 - 64) << 20);
@@ -729,6 +745,18 @@ mod tests {
         big_fetch.fetch_max_bytes = Some(ByteSize(60 << 20));
         let err = format!("{:#}", big_fetch.resolve().err().unwrap());
         assert!(err.contains("less object storage's buffers"), "{err}");
+        // The PUT deadline: set, and refused out of range by name.
+        let mut put = object(128 << 20, 1 << 20, 2);
+        put.object_put_timeout_ms = Some(5_000);
+        let storage = put.resolve().unwrap().storage.unwrap();
+        assert_eq!(storage.put_timeout, Duration::from_secs(5));
+        let mut put = object(128 << 20, 1 << 20, 2);
+        put.object_put_timeout_ms = Some(10);
+        let err = format!("{:#}", put.resolve().err().unwrap());
+        assert!(
+            err.contains("object_put_timeout_ms must be between 100"),
+            "{err}"
+        );
     }
 
     #[test]
