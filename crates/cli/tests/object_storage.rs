@@ -342,3 +342,60 @@ fn a_minio_outage_delays_produces_and_loses_nothing_acknowledged() {
     let run = server.ok(&["produce", "t"], "after\n");
     assert!(run.status.success());
 }
+
+/// The value of an unlabelled sample of `/metrics`.
+fn metric(server: &Server, name: &str) -> f64 {
+    let text = reqwest::blocking::get(format!("{}/metrics", server.http_url()))
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_put_timeout_gives_up_an_object_after_that_long() {
+    let minio = MinioServer::start();
+    let mut args = storage_args(&minio, "put-timeout");
+    args.extend(["--object-put-timeout-ms".into(), "1000".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start_with_env(tempfile::tempdir().unwrap(), &args, &minio.env_vars());
+    server.ok(&["topic", "create", "t", "--partitions", "1"], "");
+    server.ok(&["produce", "t"], "before\n");
+    assert_eq!(metric(&server, "sluice_objects_abandoned_total"), 0.0);
+
+    // With MinIO stopped, a produce's object is given up after about a second (not 30 s), and
+    // the produce fails with a retriable error that says so.
+    minio.pause();
+    let bootstrap = server.bootstrap();
+    let paused = Instant::now();
+    let producer =
+        std::thread::spawn(move || common::run_cli(&bootstrap, &["produce", "t"], "during\n"));
+    while metric(&server, "sluice_objects_abandoned_total") < 1.0 {
+        assert!(
+            paused.elapsed() < Duration::from_secs(8),
+            "no object given up within 8 s of a 1 s PUT timeout"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run = producer.join().unwrap();
+    let failed_after = paused.elapsed();
+    minio.resume();
+    assert!(!run.status.success());
+    assert!(
+        run.stderr.contains("KAFKA_STORAGE_ERROR") && run.stderr.contains("gave up writing object"),
+        "{}",
+        run.stderr
+    );
+    assert!(failed_after < Duration::from_secs(8), "{failed_after:?}");
+    // MinIO is back: produces are acknowledged again, and the given-up record is a gap that
+    // is never served (even if its PUT reached MinIO after all).
+    server.ok(&["produce", "t"], "after\n");
+    let values: Vec<String> = records(&server, "t").into_iter().map(|r| r.2).collect();
+    assert_eq!(values, ["before", "after"]);
+    let ready = reqwest::blocking::get(format!("{}/readyz", server.http_url())).unwrap();
+    assert_eq!(ready.status(), 200);
+}
