@@ -179,21 +179,6 @@ fn read_kafka(server: &Server) -> Vec<String> {
         .collect()
 }
 
-/// The value of an unlabelled sample of `/metrics`.
-fn metric(http: &Client, server: &Server, name: &str) -> f64 {
-    let text = http
-        .get(format!("{}/metrics", server.http_url()))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-        .parse()
-        .unwrap()
-}
-
 /// Writes `path` in chunks of `chunk` bytes until `bytes` are written or the disk is full.
 fn fill(path: &Path, bytes: u64, chunk: usize) -> u64 {
     let mut file = std::fs::OpenOptions::new()
@@ -365,9 +350,9 @@ fn a_full_data_directory_is_a_state_that_ends_without_a_restart() {
         body["data_dir"].as_str().unwrap(),
         data_dir.to_str().unwrap()
     );
-    assert_eq!(metric(&http, &server, "sluice_data_dir_full"), 1.0);
+    assert_eq!(server.metric("sluice_data_dir_full"), 1.0);
     // The first refused produce, three more, the Kafka produce, the commit, the topic.
-    assert!(metric(&http, &server, "sluice_data_dir_no_space_errors_total") >= 7.0);
+    assert!(server.metric("sluice_data_dir_no_space_errors_total") >= 7.0);
 
     // An idempotent producer starts while the disk is full: it gets KAFKA_STORAGE_ERROR and
     // retries. Then space comes back.
@@ -435,8 +420,8 @@ fn a_full_data_directory_is_a_state_that_ends_without_a_restart() {
         status.is_success(),
         "topic create after space came back: {status} {body}"
     );
-    assert_eq!(metric(&http, &server, "sluice_data_dir_full"), 0.0);
-    assert!(metric(&http, &server, "sluice_data_dir_free_bytes") > 0.0);
+    assert_eq!(server.metric("sluice_data_dir_full"), 0.0);
+    assert!(server.metric("sluice_data_dir_free_bytes") > 0.0);
 
     // Every acknowledged record, exactly once, in order.
     assert_eq!(read_http(&http, &server), expected, "HTTP read at the end");

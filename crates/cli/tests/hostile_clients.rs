@@ -213,18 +213,6 @@ fn kcat_round_trip(server: &Server, topic: &str) -> Duration {
     started.elapsed()
 }
 
-/// The value of the metric sample `line_start` (name and labels) on `/metrics`.
-fn metric(server: &Server, line_start: &str) -> f64 {
-    let text = reqwest::blocking::get(format!("{}/metrics", server.http_url()))
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(line_start))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metric {line_start}"))
-}
-
 fn limit_bytes(limit_mib: u64) -> u64 {
     limit_mib * MIB
 }
@@ -296,7 +284,7 @@ fn unread_fetches_and_slow_consumers_stay_within_the_memory_limit() {
     std::thread::sleep(Duration::from_secs(2));
     let round_trip = kcat_round_trip(&server, "probe");
     std::thread::sleep(Duration::from_secs(2));
-    let used = metric(&server, "sluice_memory_used_bytes ");
+    let used = server.metric("sluice_memory_used_bytes");
     stop.store(true, Ordering::Relaxed);
     for t in slow {
         t.join().unwrap();
@@ -383,10 +371,8 @@ fn half_sent_frames_stay_within_the_memory_limit_and_time_out() {
     // The ones the broker was reading are closed once the request timeout passes.
     let deadline = Instant::now() + timeout * 3;
     let closed = loop {
-        let closed = metric(
-            &server,
-            "sluice_kafka_connections_closed_total{reason=\"request_timeout\"} ",
-        );
+        let closed =
+            server.metric("sluice_kafka_connections_closed_total{reason=\"request_timeout\"}");
         if closed >= 1.0 || Instant::now() > deadline {
             break closed;
         }
@@ -469,10 +455,7 @@ fn connections_are_capped_per_ip_refusals_are_logged_sparingly_and_idle_ones_clo
         lines.len()
     );
     assert_eq!(
-        metric(
-            &server,
-            "sluice_kafka_connections_closed_total{reason=\"refused\"} "
-        ),
+        server.metric("sluice_kafka_connections_closed_total{reason=\"refused\"}"),
         200.0
     );
 
@@ -493,10 +476,7 @@ fn connections_are_capped_per_ip_refusals_are_logged_sparingly_and_idle_ones_clo
         }
     }
     assert_eq!(closed, 300, "every socket is closed by now");
-    let idle_closed = metric(
-        &server,
-        "sluice_kafka_connections_closed_total{reason=\"idle\"} ",
-    );
+    let idle_closed = server.metric("sluice_kafka_connections_closed_total{reason=\"idle\"}");
     assert!(idle_closed >= 100.0, "idle closes: {idle_closed}");
     assert!(server.is_running());
 }
@@ -703,7 +683,7 @@ fn http_bodies_come_out_of_the_memory_budget() {
         .send()
         .unwrap();
     assert!(response.status().is_success(), "{}", response.status());
-    let used = metric(&server, "sluice_memory_used_bytes ");
+    let used = server.metric("sluice_memory_used_bytes");
     drop(stalled);
     eprintln!(
         "stalled {}, refused {refused}, budget used {} MiB, peak RSS {} MiB",

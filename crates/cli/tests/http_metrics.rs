@@ -3,16 +3,7 @@
 
 mod common;
 
-use common::Server;
-
-/// The value of the sample line that starts with `prefix` (name and labels).
-fn sample(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
-        .parse()
-        .unwrap()
-}
+use common::{Server, sample};
 
 #[test]
 fn kafka_requests_show_up_in_metrics() {

@@ -343,19 +343,6 @@ fn a_minio_outage_delays_produces_and_loses_nothing_acknowledged() {
     assert!(run.status.success());
 }
 
-/// The value of an unlabelled sample of `/metrics`.
-fn metric(server: &Server, name: &str) -> f64 {
-    let text = reqwest::blocking::get(format!("{}/metrics", server.http_url()))
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn the_put_timeout_gives_up_an_object_after_that_long() {
     let minio = MinioServer::start();
@@ -365,7 +352,7 @@ fn the_put_timeout_gives_up_an_object_after_that_long() {
     let server = Server::start_with_env(tempfile::tempdir().unwrap(), &args, &minio.env_vars());
     server.ok(&["topic", "create", "t", "--partitions", "1"], "");
     server.ok(&["produce", "t"], "before\n");
-    assert_eq!(metric(&server, "sluice_objects_abandoned_total"), 0.0);
+    assert_eq!(server.metric("sluice_objects_abandoned_total"), 0.0);
 
     // With MinIO stopped, a produce's object is given up after about a second (not 30 s), and
     // the produce fails with a retriable error that says so.
@@ -374,7 +361,7 @@ fn the_put_timeout_gives_up_an_object_after_that_long() {
     let paused = Instant::now();
     let producer =
         std::thread::spawn(move || common::run_cli(&bootstrap, &["produce", "t"], "during\n"));
-    while metric(&server, "sluice_objects_abandoned_total") < 1.0 {
+    while server.metric("sluice_objects_abandoned_total") < 1.0 {
         assert!(
             paused.elapsed() < Duration::from_secs(8),
             "no object given up within 8 s of a 1 s PUT timeout"

@@ -5,10 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use common::Api;
-use sluice_broker::{Broker, BrokerConfig};
-use sluice_http::auth::Auth;
-use sluice_http::{AppState, HttpConfig, StorageHooks};
-use tokio::sync::watch;
+use sluice_http::StorageHooks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_unknown_route() {
@@ -29,8 +26,6 @@ async fn health_and_unknown_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_hooks_add_series_and_turn_readyz_to_503() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Arc::new(Broker::open(BrokerConfig::new(dir.path())).unwrap());
     let lapsed = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&lapsed);
     let hooks = StorageHooks {
@@ -40,19 +35,9 @@ async fn storage_hooks_add_series_and_turn_readyz_to_503() {
                 .then(|| ("writer_lease_lapsed", "the writer lease lapsed".to_owned()))
         }),
     };
-    let (stop, stop_rx) = watch::channel(false);
-    let auth = Arc::new(Auth::new(Vec::new()).unwrap());
-    let state = AppState::with_storage(
-        Arc::clone(&broker),
-        HttpConfig::default(),
-        auth,
-        stop_rx,
-        Some(hooks),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let task = tokio::spawn(sluice_http::serve(listener, state));
-    let client = reqwest::Client::new();
+    let api = Api::start_with_storage(hooks).await;
+    let client = &api.client;
+    let url = &api.url;
 
     let r = client.get(format!("{url}/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -77,8 +62,5 @@ async fn storage_hooks_add_series_and_turn_readyz_to_503() {
     lapsed.store(false, Ordering::Relaxed);
     let r = client.get(format!("{url}/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
-
-    let _ = stop.send(true);
-    task.await.unwrap().unwrap();
-    broker.shutdown();
+    api.stop().await;
 }

@@ -350,49 +350,29 @@ impl ObjectBackend {
         crate::metrics::render(self)
     }
 
-    /// Why this broker cannot acknowledge writes now, as `(status, error)` for `/readyz`:
-    /// its writer lease lapsed (renewals failing: writes wait and resume when one succeeds),
-    /// was lost to another broker, or was released at shutdown. `None` while it may write.
+    /// Why this broker cannot acknowledge writes now, as `(status, error)` for `/readyz`: the
+    /// flusher's own lease check ([`Flusher::lease_gate`](crate::flush::Flusher::lease_gate))
+    /// says its writer lease lapsed (renewals failing: writes wait and resume when one
+    /// succeeds), was lost to another broker, or was released at shutdown. `None` while it
+    /// may write.
     pub fn not_ready(&self) -> Option<(&'static str, String)> {
-        use crate::lease::LeaseStatus;
-        match self.lease_status() {
-            LeaseStatus::Held {
-                valid_until_ms,
-                renew_error,
-                ..
-            } => {
-                let now = self.now_ms();
-                (now >= valid_until_ms).then(|| {
-                    let why = renew_error.map_or_else(
-                        || "no renewal has succeeded yet".to_owned(),
-                        |e| e.to_string(),
-                    );
-                    (
-                        "writer_lease_lapsed",
-                        format!(
-                            "the writer lease on {} lapsed {} ms ago: produce waits until a \
-                             renewal succeeds ({why})",
-                            self.core.url_label(),
-                            now - valid_until_ms
-                        ),
-                    )
-                })
+        use crate::flush::LeaseGate;
+        let url = self.core.url_label();
+        match self.core.flusher().lease_gate() {
+            LeaseGate::Write => None,
+            LeaseGate::Lapsed(why) => Some((
+                "writer_lease_lapsed",
+                format!("{url}: {why}; produce waits until a renewal succeeds"),
+            )),
+            LeaseGate::Stop(e) => {
+                let released = matches!(self.lease_status(), crate::lease::LeaseStatus::Released);
+                let status = if released {
+                    "writer_lease_released"
+                } else {
+                    "writer_lease_lost"
+                };
+                Some((status, format!("{url}: {e}")))
             }
-            LeaseStatus::Lost(e) => Some((
-                "writer_lease_lost",
-                format!(
-                    "the writer lease on {} is lost: this broker no longer writes there ({e}); \
-                     restart it to take the lease again",
-                    self.core.url_label()
-                ),
-            )),
-            LeaseStatus::Released => Some((
-                "writer_lease_released",
-                format!(
-                    "the writer lease on {} was released at shutdown",
-                    self.core.url_label()
-                ),
-            )),
         }
     }
 }

@@ -460,7 +460,8 @@ impl Shared {
 
 /// What the lease allows now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum LeaseGate {
+pub enum LeaseGate {
+    /// Held and valid: PUTs may start.
     Write,
     /// Its validity ran out while renewals failed: no PUT starts, but a renewal that succeeds
     /// (at the same epoch) makes writing possible again, so objects wait (until their
@@ -743,6 +744,11 @@ impl Flusher {
         }
         shared.notify.notify_one();
         ticket
+    }
+
+    /// What the writer lease allows this flusher now (the check each PUT makes).
+    pub fn lease_gate(&self) -> LeaseGate {
+        self.shared().lease_gate()
     }
 
     /// Seals the open object now (if it is not empty), or as soon as a sealed slot frees.

@@ -238,6 +238,14 @@ impl ObjectPartition {
         run.entry(self.topic_id, self.partition)
     }
 
+    /// The first run holding a record at or after `timestamp_ms`.
+    fn run_with_time(st: &State, timestamp_ms: i64) -> Option<RunLocation> {
+        st.runs
+            .values()
+            .find(|r| r.max_timestamp >= timestamp_ms)
+            .copied()
+    }
+
     /// The run's bytes from the cache, CRC-checked; `None` if not cached.
     fn cached_run(&self, run: &RunLocation) -> Result<Option<Bytes>, StorageError> {
         let range = run.range();
@@ -451,13 +459,7 @@ impl PartitionStorage for ObjectPartition {
         &self,
         timestamp_ms: i64,
     ) -> Option<BoxFuture<'_, Result<(), StorageError>>> {
-        let run = {
-            let st = self.lock();
-            st.runs
-                .values()
-                .find(|r| r.max_timestamp >= timestamp_ms)
-                .copied()
-        }?;
+        let run = Self::run_with_time(&self.lock(), timestamp_ms)?;
         if self.core.cache().contains(run.object_seq, run.range()) {
             return None;
         }
@@ -482,13 +484,7 @@ impl PartitionStorage for ObjectPartition {
     }
 
     fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, StorageError> {
-        let st = self.lock_open()?;
-        let found = st
-            .runs
-            .values()
-            .find(|r| r.max_timestamp >= timestamp_ms)
-            .copied();
-        drop(st);
+        let found = Self::run_with_time(&*self.lock_open()?, timestamp_ms);
         let Some(run) = found else {
             return Ok(None);
         };

@@ -55,8 +55,13 @@ async fn open_with(
 }
 
 fn one(value: &str) -> Vec<u8> {
+    one_at(1_700_000_000_000, value)
+}
+
+/// One record of `value` stamped `timestamp_ms`, as a batch.
+fn one_at(timestamp_ms: i64, value: &str) -> Vec<u8> {
     batch(
-        1_700_000_000_000,
+        timestamp_ms,
         &[Record {
             timestamp_delta: 0,
             key: None,
@@ -81,6 +86,13 @@ fn values(records: &[u8]) -> Vec<(i64, String)> {
     out
 }
 
+/// Partition 0 of the test topic on `backend`.
+fn partition(backend: &ObjectBackend) -> Arc<dyn PartitionStorage> {
+    backend
+        .open_partition(TOPIC, 0, LogConfig::default())
+        .unwrap()
+}
+
 async fn read_all(p: &dyn PartitionStorage, from: i64) -> Vec<(i64, String)> {
     if let Some(load) = p.prepare_read(from, 1 << 20) {
         load.await.unwrap();
@@ -93,9 +105,7 @@ async fn acknowledged_appends_are_read_back_and_survive_a_new_data_directory() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let dir = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     for v in ["a", "b", "c"] {
         let appended = p.append(&one(v)).unwrap();
         // Not readable before its object is written.
@@ -118,9 +128,7 @@ async fn acknowledged_appends_are_read_back_and_survive_a_new_data_directory() {
     // A new data directory: everything comes back from the bucket, read with GETs.
     let dir2 = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir2.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     assert_eq!(p.high_watermark(), 3);
     assert!(
         p.prepare_read(0, 1 << 20).is_some(),
@@ -140,9 +148,7 @@ async fn a_given_up_object_fails_its_appends_and_leaves_a_gap_readers_step_over(
     let store: Arc<dyn ObjectStore> = Arc::clone(&faulty) as Arc<dyn ObjectStore>;
     let dir = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     p.append(&one("a")).unwrap().durable().await.unwrap();
 
     // The store refuses every PUT for longer than the PUT timeout.
@@ -168,9 +174,7 @@ async fn a_given_up_object_fails_its_appends_and_leaves_a_gap_readers_step_over(
     // A rebuild from the bucket agrees: the given-up object is skipped.
     let dir2 = tempfile::tempdir().unwrap();
     let backend = open(store, dir2.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     assert_eq!(read_all(&*p, 0).await, [(0, "a".into()), (2, "c".into())]);
     backend.shutdown().await;
 }
@@ -180,9 +184,7 @@ async fn retention_moves_the_log_start_and_deletion_closes_the_partition() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let dir = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     for v in ["a", "b", "c"] {
         p.append(&one(v)).unwrap().durable().await.unwrap();
     }
@@ -203,9 +205,7 @@ async fn retention_moves_the_log_start_and_deletion_closes_the_partition() {
     backend.shutdown().await;
     let dir2 = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir2.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     assert_eq!(p.log_start_offset(), 3);
     assert_eq!(read_all(&*p, 3).await, [(3, "d".into())]);
 
@@ -230,9 +230,7 @@ async fn an_open_partition_reads_through_compaction_and_cleaning() {
         ..MaintenanceSettings::default()
     };
     let backend = open_with(Arc::clone(&store), dir.path(), s).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     let letters = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];
     for v in letters {
         // One object each (the linger passes between appends).
@@ -276,9 +274,7 @@ async fn an_open_partition_reads_through_compaction_and_cleaning() {
     // A new data directory agrees.
     let dir2 = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir2.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     assert_eq!(read_all(&*p, 0).await[..letters.len()], want[..]);
     backend.shutdown().await;
 }
@@ -288,21 +284,12 @@ async fn a_timestamp_lookup_on_a_cold_cache_loads_its_run_and_is_exact() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let dir = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     // Three batches 10 ms apart in one append: one run of one object.
     let t0 = 1_700_000_000_000;
     let mut batches = Vec::new();
     for (i, v) in ["a", "b", "c"].iter().enumerate() {
-        batches.extend(batch(
-            t0 + 10 * i as i64,
-            &[Record {
-                timestamp_delta: 0,
-                key: None,
-                value: Some(v.as_bytes()),
-            }],
-        ));
+        batches.extend(one_at(t0 + 10 * i as i64, v));
     }
     p.append(&batches).unwrap().durable().await.unwrap();
     backend.shutdown().await;
@@ -310,9 +297,7 @@ async fn a_timestamp_lookup_on_a_cold_cache_loads_its_run_and_is_exact() {
     // A new data directory: nothing cached.
     let dir2 = tempfile::tempdir().unwrap();
     let backend = open(Arc::clone(&store), dir2.path()).await;
-    let p = backend
-        .open_partition(TOPIC, 0, LogConfig::default())
-        .unwrap();
+    let p = partition(&backend);
     assert_eq!(p.high_watermark(), 3);
     // Without the load, only the run's first offset is known.
     assert_eq!(p.offset_for_timestamp(t0 + 15).unwrap(), Some((0, t0 + 20)));

@@ -108,6 +108,15 @@ impl Server {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The value of the `/metrics` sample that starts with `prefix` (its name and any labels).
+    pub fn metric(&self, prefix: &str) -> f64 {
+        let text = reqwest::blocking::get(format!("{}/metrics", self.http_url()))
+            .unwrap()
+            .text()
+            .unwrap();
+        sample(&text, prefix)
+    }
+
     /// The HTTP API's base URL, e.g. `http://127.0.0.1:8080`.
     pub fn http_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.http_port)
@@ -137,6 +146,16 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The value of the sample line of Prometheus `text` that starts with `prefix` (the name and
+/// any labels).
+pub fn sample(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+        .parse()
+        .unwrap()
 }
 
 pub fn have_kcat() -> bool {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sluice_broker::{Broker, BrokerConfig};
 use sluice_http::auth::{ApiKeyConfig, Auth, hash_key_hex};
-use sluice_http::{AppState, HttpConfig};
+use sluice_http::{AppState, HttpConfig, StorageHooks};
 use tokio::sync::watch;
 
 /// A broker and its HTTP API; stopped (and its data removed) when dropped.
@@ -32,13 +32,27 @@ impl Api {
         keys: Vec<ApiKeyConfig>,
         tune: impl FnOnce(&mut BrokerConfig),
     ) -> Api {
+        Api::start_full(config, keys, tune, None).await
+    }
+
+    /// Default limits, no API keys, and a storage backend's hooks.
+    pub async fn start_with_storage(hooks: StorageHooks) -> Api {
+        Api::start_full(HttpConfig::default(), Vec::new(), |_| {}, Some(hooks)).await
+    }
+
+    async fn start_full(
+        config: HttpConfig,
+        keys: Vec<ApiKeyConfig>,
+        tune: impl FnOnce(&mut BrokerConfig),
+        storage: Option<StorageHooks>,
+    ) -> Api {
         let dir = tempfile::tempdir().unwrap();
         let mut broker_config = BrokerConfig::new(dir.path());
         tune(&mut broker_config);
         let broker = Arc::new(Broker::open(broker_config).unwrap());
         let auth = Arc::new(Auth::new(keys).unwrap());
         let (stop, stop_rx) = watch::channel(false);
-        let state = AppState::new(Arc::clone(&broker), config, auth, stop_rx);
+        let state = AppState::with_storage(Arc::clone(&broker), config, auth, stop_rx, storage);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(sluice_http::serve(listener, Arc::clone(&state)));
