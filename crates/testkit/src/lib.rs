@@ -7,6 +7,10 @@
 //! it to inject faults. Dropping it always kills the process (by its PID) and removes the
 //! directory.
 //!
+//! [`PostgresServer`] runs a real PostgreSQL (the metadata store of a cluster of brokers) the
+//! same way: `initdb` in a fresh directory, a free loopback port, password authentication, and
+//! always stopped by its PID (module [`postgres`]).
+//!
 //! [`FaultyStore`] wraps any object store (the in-memory one in unit tests) and injects errors,
 //! latency, lost responses, hangs and outages, per operation and path prefix, reproducibly.
 //!
@@ -18,9 +22,11 @@
 //! Signature Version 4 signer in [`sigv4`], so this crate needs no S3 client of its own.
 
 pub mod faulty;
+pub mod postgres;
 pub mod sigv4;
 
 pub use faulty::FaultyStore;
+pub use postgres::{PgOptions, PostgresServer};
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -405,6 +411,12 @@ pub fn minio_bin() -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// A free loopback port (the listener is dropped before the port is used).
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local address").port()
 }
 
 /// Two distinct free loopback ports (both listeners are held until both are chosen).

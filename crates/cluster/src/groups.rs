@@ -1,0 +1,1 @@
+//! (see the crate documentation)
