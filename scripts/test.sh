@@ -76,6 +76,12 @@ fi
 . scripts/lib/minio.sh
 ensure_minio
 
+# PostgreSQL (Debian's package, installed if missing) is the metadata store the cluster tests
+# start on loopback; they fail, not skip, without it.
+# shellcheck source=lib/postgres.sh
+. scripts/lib/postgres.sh
+ensure_postgres
+
 if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
   echo "==> cargo fmt --check"
   cargo fmt --all -- --check
