@@ -55,6 +55,19 @@
 //! delivered, so a slow object holds the window instead of letting completed ones pile up).
 //! Past it, adds fail at once with [`FlushError::Backlog`]; they never block.
 //!
+//! # A commit step (cluster mode)
+//!
+//! With a [`FlushTarget`] that has an [`ObjectCommitter`], a PUT that succeeded does not
+//! commit the object by itself: when the object reaches the front of the window (every
+//! earlier one committed), the step runs (one metadata-store transaction that gives its
+//! batches their offsets), and the object is committed only when the step answers `Ok`; its
+//! [`Receipt`] goes to every ticket ([`Ticket::wait_receipt`]). Steps run one at a time, in
+//! sequence order. A step that fails retriably is run again with backoff until the object's
+//! PUT deadline (counted from its seal), then the object is given up as a failed PUT would be
+//! (with its followers); a final failure stops the flusher as a lost lease does. The
+//! target's `writer` names the objects `PREFIX/objects/<writer>/<seq>.sluice`, so many
+//! brokers share one prefix.
+//!
 //! The flusher logs nothing itself: every failure is in a [`FlushError`] (to the caller and
 //! the sink) and in [`FlushStats`].
 
@@ -314,7 +327,60 @@ pub struct FlushStats {
     pub open_sequence: u64,
 }
 
-type Outcome = Option<Result<u64, FlushError>>;
+type Outcome = Option<Result<(u64, Option<Receipt>), FlushError>>;
+
+/// What an object's commit step answered (cluster mode: the metadata store's answer for each
+/// batch), handed unchanged to every ticket of the object. The flusher never looks inside.
+#[derive(Clone)]
+pub struct Receipt(pub Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Receipt")
+    }
+}
+
+/// Why a commit step failed.
+#[derive(Debug, Clone)]
+pub enum CommitFailure {
+    /// Worth trying again (the store did not answer, a lost connection): the flusher retries
+    /// the same object with backoff until its PUT deadline, then gives it up. The step must
+    /// be idempotent: a retry of a commit that did land must answer as the first did.
+    Retry(String),
+    /// Final for this flusher (the writer was fenced): it stops as when its lease is lost.
+    Final(FlushError),
+}
+
+/// A step that makes an object committed after its PUT succeeded. Without one (single-broker
+/// object mode) an object is committed when its PUT succeeds; with one (cluster mode: one
+/// metadata-store transaction that gives the batches their offsets) only when the step
+/// answers `Ok`. Called once per attempt, for one object at a time, in sequence order, so
+/// whatever the step orders (a producer's sequence numbers) arrives in the order written.
+pub trait ObjectCommitter: Send + Sync + 'static {
+    fn commit(
+        &self,
+        object: &CommittedObject,
+    ) -> futures_util::future::BoxFuture<'static, Result<Receipt, CommitFailure>>;
+}
+
+/// Where a flusher's objects go and how they are committed. The default is single-broker
+/// object mode: `PREFIX/objects/<seq>.sluice`, committed by the PUT alone.
+#[derive(Clone, Default)]
+pub struct FlushTarget {
+    /// `Some(w)`: objects are named `PREFIX/objects/<w>/<seq>.sluice`, so that many writers
+    /// (the brokers of a cluster) share one prefix without colliding.
+    pub writer: Option<String>,
+    pub committer: Option<Arc<dyn ObjectCommitter>>,
+}
+
+impl std::fmt::Debug for FlushTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlushTarget")
+            .field("writer", &self.writer)
+            .field("committer", &self.committer.is_some())
+            .finish()
+    }
+}
 
 /// Resolves when its object is committed (`Ok(sequence)`) or given up (`Err`). Cheap to
 /// clone; every add into one object gets a ticket sharing that object's outcome.
@@ -327,6 +393,11 @@ pub struct Ticket {
 impl Ticket {
     /// Waits for the object's outcome. Cancel-safe.
     pub async fn wait(&self) -> Result<u64, FlushError> {
+        self.wait_receipt().await.map(|(sequence, _)| sequence)
+    }
+
+    /// [`wait`](Self::wait), with the commit step's [`Receipt`] (`None` without a step).
+    pub async fn wait_receipt(&self) -> Result<(u64, Option<Receipt>), FlushError> {
         let mut rx = self.outcome.clone();
         if let Ok(v) = rx.wait_for(|v| v.is_some()).await {
             return v.clone().unwrap_or(Err(FlushError::ShuttingDown));
@@ -338,7 +409,10 @@ impl Ticket {
 
     /// The outcome if it is known already.
     pub fn outcome(&self) -> Option<Result<u64, FlushError>> {
-        self.outcome.borrow().clone()
+        self.outcome
+            .borrow()
+            .clone()
+            .map(|r| r.map(|(sequence, _)| sequence))
     }
 
     /// The sequence number of the object that holds the add.
@@ -589,6 +663,31 @@ impl Flusher {
         settings: FlushSettings,
         sink: Arc<dyn FlushSink>,
     ) -> Flusher {
+        Flusher::start_with(
+            bucket,
+            epoch,
+            next_sequence,
+            lease,
+            clock,
+            settings,
+            sink,
+            FlushTarget::default(),
+        )
+    }
+
+    /// [`start`](Self::start) with another [`FlushTarget`] (cluster mode: objects under the
+    /// broker's own name, committed by a metadata-store transaction).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_with(
+        bucket: Bucket,
+        epoch: Epoch,
+        next_sequence: u64,
+        lease: watch::Receiver<LeaseStatus>,
+        clock: Arc<dyn LeaseClock>,
+        settings: FlushSettings,
+        sink: Arc<dyn FlushSink>,
+        target: FlushTarget,
+    ) -> Flusher {
         let settings = sane(settings);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -616,6 +715,8 @@ impl Flusher {
             puts: JoinSet::new(),
             put_ids: HashMap::new(),
             abandoned_pending: Vec::new(),
+            target,
+            commits: JoinSet::new(),
         };
         tokio::spawn(async move {
             task.run().await;
@@ -819,10 +920,19 @@ struct Slot {
     listed: Vec<u64>,
     outcome: watch::Sender<Outcome>,
     state: SlotState,
+    /// The commit step's answer, once it gave one.
+    receipt: Option<Receipt>,
+    /// Commit attempts made, and the delay before the next.
+    commit_attempts: u32,
+    commit_backoff: Duration,
 }
 
 enum SlotState {
     Putting(AbortHandle),
+    /// The PUT succeeded; the commit step has not started (it starts at the window's front).
+    Put,
+    /// The commit step runs (or waits for its retry).
+    Committing,
     Done(Result<(), FlushError>),
 }
 
@@ -837,6 +947,9 @@ struct Task {
     put_ids: HashMap<tokio::task::Id, u64>,
     /// Given-up sequence numbers not yet listed in a committed object.
     abandoned_pending: Vec<u64>,
+    target: FlushTarget,
+    /// The commit step of the window's front object, when one runs: (sequence, answer).
+    commits: JoinSet<(u64, Result<Receipt, CommitFailure>)>,
 }
 
 /// What one PUT task needs.
@@ -890,6 +1003,11 @@ impl Task {
                     };
                     if let Some(seq) = self.put_ids.remove(&id) {
                         self.put_done(seq, result);
+                    }
+                }
+                Some(joined) = self.commits.join_next(), if !self.commits.is_empty() => {
+                    if let Ok((seq, answer)) = joined {
+                        self.commit_done(seq, answer);
                     }
                 }
             }
@@ -989,7 +1107,12 @@ impl Task {
         } = sealed;
         let listed = self.abandoned_pending.clone();
         let (built, runs, meta, created_ms) = self.build(&mut object, &listed);
-        let key = self.bucket.key(&object_name("", object.sequence));
+        let key = match &self.target.writer {
+            None => self.bucket.key(&object_name("", object.sequence)),
+            Some(writer) => self
+                .bucket
+                .key(&crate::name::writer_object_name(writer, object.sequence)),
+        };
         let (bytes, state) = match built {
             Ok(bytes) => {
                 let job = PutJob {
@@ -1017,6 +1140,9 @@ impl Task {
             listed,
             outcome: object.outcome,
             state,
+            receipt: None,
+            commit_attempts: 0,
+            commit_backoff: self.shared.settings.backoff_min,
         });
         self.shared
             .counters
@@ -1038,15 +1164,80 @@ impl Task {
                 },
                 e => e,
             });
-            slot.state = SlotState::Done(result);
+            slot.state = match result {
+                Ok(()) if self.target.committer.is_some() => SlotState::Put,
+                result => SlotState::Done(result),
+            };
+        }
+    }
+
+    /// Starts the commit step of the window's front object (its PUT succeeded), after
+    /// `delay` for a retry.
+    fn start_commit(&mut self, delay: Duration) {
+        let Some(committer) = self.target.committer.clone() else {
+            return;
+        };
+        let Some(slot) = self.window.front_mut() else {
+            return;
+        };
+        slot.state = SlotState::Committing;
+        slot.commit_attempts += 1;
+        let object = CommittedObject {
+            sequence: slot.sequence,
+            key: slot.key.clone(),
+            bytes: slot.bytes.clone(),
+            runs: slot.runs.clone(),
+            meta: slot.meta.clone(),
+            created_ms: slot.created_ms,
+        };
+        let sequence = slot.sequence;
+        let step = committer.commit(&object);
+        self.commits.spawn(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            (sequence, step.await)
+        });
+    }
+
+    /// The commit step of `sequence` answered.
+    fn commit_done(&mut self, sequence: u64, answer: Result<Receipt, CommitFailure>) {
+        let s = self.shared.settings;
+        let Some(slot) = self.window.front_mut().filter(|s| s.sequence == sequence) else {
+            return;
+        };
+        match answer {
+            Ok(receipt) => {
+                slot.receipt = Some(receipt);
+                slot.state = SlotState::Done(Ok(()));
+            }
+            Err(CommitFailure::Final(e)) => slot.state = SlotState::Done(Err(e)),
+            Err(CommitFailure::Retry(last_error)) => {
+                let delay = jittered(slot.commit_backoff, sequence, slot.commit_attempts);
+                slot.commit_backoff = (slot.commit_backoff * 2).min(s.backoff_max);
+                if Instant::now() + delay >= slot.sealed_at + s.put_timeout {
+                    slot.state = SlotState::Done(Err(FlushError::GaveUp {
+                        sequence,
+                        after: slot.sealed_at.elapsed(),
+                        last_error: format!("commit: {last_error}"),
+                    }));
+                } else {
+                    self.start_commit(delay);
+                }
+            }
         }
     }
 
     /// Delivers finished objects from the front of the window, in sequence order.
     fn deliver(&mut self) {
         while let Some(front) = self.window.front() {
-            if matches!(front.state, SlotState::Putting(_)) {
-                break;
+            match front.state {
+                SlotState::Putting(_) | SlotState::Committing => break,
+                SlotState::Put => {
+                    self.start_commit(Duration::ZERO);
+                    break;
+                }
+                SlotState::Done(_) => {}
             }
             let Some(slot) = self.window.pop_front() else {
                 break;
@@ -1070,7 +1261,7 @@ impl Task {
                         .counters
                         .committed
                         .fetch_add(1, Ordering::Relaxed);
-                    let _ = slot.outcome.send(Some(Ok(slot.sequence)));
+                    let _ = slot.outcome.send(Some(Ok((slot.sequence, slot.receipt))));
                 }
                 Err(error) => {
                     if error.is_final() {

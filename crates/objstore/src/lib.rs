@@ -44,8 +44,8 @@ pub use backend::{BackendError, ObjectBackend, ObjectSettings, OpenReport};
 pub use bucket::{Bucket, BucketConfig, BucketError, StorageUrl};
 pub use error::{BatchProblem, MalformedWhat, ObjectError, Result, Section};
 pub use flush::{
-    AbandonedObject, CommittedObject, FlushError, FlushSettings, FlushSink, FlushStats, Flusher,
-    Ticket,
+    AbandonedObject, CommitFailure, CommittedObject, FlushError, FlushSettings, FlushSink,
+    FlushStats, FlushTarget, Flusher, ObjectCommitter, Receipt, Ticket,
 };
 pub use format::{
     EMPTY_OBJECT_BYTES, FOOTER_BYTES, FORMAT_VERSION, Footer, HEADER_BYTES, INDEX_ENTRY_BYTES,

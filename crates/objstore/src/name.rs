@@ -94,6 +94,12 @@ pub fn object_name(prefix: &str, sequence: u64) -> String {
     format!("{}{sequence:020}{SUFFIX}", objects_prefix(prefix))
 }
 
+/// The name of flush object `sequence` of writer `writer` (cluster mode: each broker writes
+/// under a name of its own, `objects/<writer>/<seq>.sluice`, relative to the storage prefix).
+pub fn writer_object_name(writer: &str, sequence: u64) -> String {
+    format!("{}{writer}/{sequence:020}{SUFFIX}", objects_prefix(""))
+}
+
 /// The name of the checkpoint taken after flush object `sequence`.
 pub fn checkpoint_name(prefix: &str, sequence: u64) -> String {
     format!("{}{sequence:020}{SUFFIX}", checkpoints_prefix(prefix))
