@@ -430,7 +430,14 @@ struct Inner {
     gets: Semaphore,
     next_id: AtomicU64,
     counters: Counters,
+    /// Names object ids whose name is not their flush sequence (cluster mode: objects are
+    /// numbered by the metadata store and named by the broker that wrote them).
+    names: Option<ObjectNames>,
 }
+
+/// Maps an object id to its name relative to the storage prefix (cluster mode); `None` for an
+/// id it does not know, which the cache then names as a flush object.
+pub type ObjectNames = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
 
 /// Locks `m`, also after a panic elsewhere: every update of the guarded state completes
 /// before anything that can panic, so the state is consistent.
@@ -457,6 +464,16 @@ impl ReadCache {
     /// earlier run are deleted (see the module doc); the directory is created if missing.
     /// With `disk_bytes` 0 the directory is only emptied if it exists.
     pub fn open(bucket: Bucket, settings: CacheSettings) -> Result<ReadCache, CacheError> {
+        ReadCache::open_named(bucket, settings, None)
+    }
+
+    /// [`open`](Self::open), with object ids named by `names` (cluster mode) instead of as
+    /// flush objects of one writer.
+    pub fn open_named(
+        bucket: Bucket,
+        settings: CacheSettings,
+        names: Option<ObjectNames>,
+    ) -> Result<ReadCache, CacheError> {
         if settings.gets_in_flight == 0 {
             return Err(CacheError::Settings("gets_in_flight must be at least 1"));
         }
@@ -502,6 +519,7 @@ impl ReadCache {
                 gets: Semaphore::new(settings.gets_in_flight),
                 next_id: AtomicU64::new(0),
                 counters: Counters::default(),
+                names,
             }),
         })
     }
@@ -697,6 +715,9 @@ impl ReadCache {
 impl Inner {
     /// The key of the object with id `sequence` (a flush or a compacted object).
     fn key(&self, sequence: u64) -> Path {
+        if let Some(name) = self.names.as_ref().and_then(|names| names(sequence)) {
+            return self.bucket.key(&name);
+        }
         self.bucket.key(&data_object_name("", sequence))
     }
 
@@ -988,6 +1009,28 @@ mod tests {
         cache.insert_object(3, object(20));
         let s = cache.stats();
         assert_eq!((s.memory_bytes, s.memory_objects), (60, 2));
+    }
+
+    #[tokio::test]
+    async fn named_objects_are_loaded_under_their_own_names() {
+        let f = fixture();
+        let name = crate::name::writer_object_name("b3-abcdef01", 9);
+        let bytes = object(3000);
+        f.faulty
+            .inner()
+            .put(&f.bucket.key(&name), PutPayload::from(bytes.clone()))
+            .await
+            .unwrap();
+        let known = name.clone();
+        let names: ObjectNames = Arc::new(move |id| (id == 42).then(|| known.clone()));
+        let cache =
+            ReadCache::open_named(f.bucket.clone(), f.settings(1 << 20, 1 << 20), Some(names))
+                .unwrap();
+        let got = cache.load(42, 100..900).await.unwrap();
+        assert_eq!(got, bytes.slice(100..900));
+        assert_eq!(cache.get(42, 100..900), Some(bytes.slice(100..900)));
+        // An id it cannot name is a flush object, which does not exist here.
+        assert!(cache.load(43, 0..10).await.is_err());
     }
 
     #[tokio::test]
