@@ -16,6 +16,7 @@
 //! reads durable batches and, below `min_bytes`, parks until a high watermark moves or
 //! `max_wait_ms` passes.
 
+pub mod cluster;
 pub mod config;
 pub mod errors;
 pub use sluice_groups as groups;

@@ -1,0 +1,115 @@
+//! Cluster mode, as the broker sees it: [`ClusterMeta`] is what the broker asks of the
+//! metadata store that many brokers share (PostgreSQL; implemented in `sluice-cluster`), so the
+//! broker itself never talks SQL. `None` in the single-broker modes (local disk, one broker on
+//! a bucket).
+//!
+//! In cluster mode the store is the truth for topics, their partition counts and configs,
+//! producer ids, which brokers are live and which broker coordinates each group; every broker
+//! keeps a copy of the topic catalog ([`ClusterMeta::catalog`]) and opens the partitions it
+//! lists. A change made through one broker is written to the store first, then that broker
+//! waits until its own copy shows it ([`ClusterMeta::refresh`]) before it answers, so a client
+//! that created a topic can use it at once through the same broker; the others see it within
+//! their refresh interval.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+/// A live broker, as Metadata lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// A topic as the cluster's catalog holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogTopic {
+    pub id: Uuid,
+    pub name: String,
+    pub partitions: i32,
+    /// Topic-level overrides, by Kafka config name (`retention.ms`, ...), as strings.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The catalog at one version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    pub version: i64,
+    pub topics: BTreeMap<String, CatalogTopic>,
+}
+
+/// Why a cluster metadata operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClusterError {
+    #[error("topic '{0}' already exists")]
+    TopicExists(String),
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    /// The store did not answer or failed; the client may retry.
+    #[error("metadata store: {0}")]
+    Unavailable(String),
+}
+
+/// What the broker asks of the shared metadata store. Reads come from in-memory copies kept
+/// current by the implementation (no store round trip per request); changes are async.
+pub trait ClusterMeta: Send + Sync + std::fmt::Debug {
+    /// This broker's id (new at every start; the Kafka node id).
+    fn node_id(&self) -> i32;
+
+    /// The cluster's id (one per metadata database).
+    fn cluster_id(&self) -> String;
+
+    /// The live brokers, by node id, this one included while it is live.
+    fn live_brokers(&self) -> Arc<Vec<ClusterNode>>;
+
+    /// The broker that leads `partition` of `topic_id` in Metadata answers: a spread over the
+    /// live brokers that every broker computes alike. Any broker accepts writes and reads of
+    /// any partition; this only spreads clients.
+    fn leader_for(&self, topic_id: Uuid, partition: i32) -> i32;
+
+    /// The catalog copy; changes whenever the store's catalog does (within the refresh
+    /// interval) or after [`refresh`](Self::refresh).
+    fn catalog(&self) -> watch::Receiver<Arc<Catalog>>;
+
+    /// Reloads the catalog copy now (after a change through this broker).
+    fn refresh(&self) -> BoxFuture<'static, Result<(), ClusterError>>;
+
+    fn create_topic(
+        &self,
+        id: Uuid,
+        name: String,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> BoxFuture<'static, Result<(), ClusterError>>;
+
+    fn delete_topic(&self, name: String) -> BoxFuture<'static, Result<(), ClusterError>>;
+
+    /// Raises the partition count to `total` (never lowers it).
+    fn create_partitions(
+        &self,
+        name: String,
+        total: i32,
+    ) -> BoxFuture<'static, Result<(), ClusterError>>;
+
+    /// Replaces the topic's config overrides with `configs`.
+    fn set_configs(
+        &self,
+        name: String,
+        configs: BTreeMap<String, String>,
+    ) -> BoxFuture<'static, Result<(), ClusterError>>;
+
+    /// A block of producer ids never handed out by any broker: `(first, count)`.
+    fn producer_id_block(&self) -> BoxFuture<'static, Result<(i64, i64), ClusterError>>;
+
+    /// The broker FindCoordinator names for `group`: the holder of its coordinator lease, or
+    /// the broker preferred for it among the live ones.
+    fn find_coordinator(&self, group: String) -> BoxFuture<'static, Result<i32, ClusterError>>;
+}
