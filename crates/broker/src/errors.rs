@@ -95,6 +95,20 @@ pub fn log_error_code(e: &LogError) -> i16 {
         LogError::Io { .. } | LogError::Failed { .. } => ResponseError::KafkaStorageError.code(),
         LogError::Closed { .. } => ResponseError::UnknownTopicOrPartition.code(),
         LogError::Config(_) => ResponseError::InvalidConfig.code(),
+        LogError::Refused(r) => refusal_code(r),
+    }
+}
+
+/// The Kafka error code for a batch the shared metadata store refused (cluster mode).
+fn refusal_code(r: &sluice_log::Refusal) -> i16 {
+    use sluice_log::Refusal;
+    match r {
+        Refusal::OutOfOrderSequence { .. } | Refusal::NewEpochNotAtZero { .. } => {
+            ResponseError::OutOfOrderSequenceNumber.code()
+        }
+        Refusal::UnknownProducer { .. } => ResponseError::UnknownProducerId.code(),
+        Refusal::ProducerFenced { .. } => ResponseError::InvalidProducerEpoch.code(),
+        Refusal::UnknownPartition => ResponseError::UnknownTopicOrPartition.code(),
     }
 }
 

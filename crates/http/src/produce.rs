@@ -188,12 +188,12 @@ async fn produce_binary(
         partition,
         records.values().map(|v| binary_record(v, now_ms)),
     )?;
-    durable(&appended).await?;
+    let base_offset = durable(&appended).await?;
     state.broker.metrics().records_in(records.count as u64);
     Ok(Json(ProduceAnswer {
         partitions: vec![PartitionAnswer {
             partition,
-            base_offset: appended.base_offset,
+            base_offset,
             count: records.count,
         }],
         offsets: None,
@@ -236,15 +236,19 @@ async fn produce_json(
         let appended = target.append(state, partition, records)?;
         pending.push((partition, indexes.len(), appended));
     }
+    // The offsets are those the durable append reports (in cluster mode the metadata store
+    // assigns them at commit).
+    let mut bases = Vec::with_capacity(pending.len());
     for (_, _, appended) in &pending {
-        durable(appended).await?;
+        bases.push(durable(appended).await?);
     }
     state.broker.metrics().records_in(records.len() as u64);
 
     // Record i's offset: its partition's base offset + its index among that partition's records.
     let mut next: BTreeMap<u32, i64> = pending
         .iter()
-        .map(|(p, _, a)| (*p, a.base_offset))
+        .zip(&bases)
+        .map(|((p, _, _), base)| (*p, *base))
         .collect();
     let offsets = targets
         .iter()
@@ -260,9 +264,10 @@ async fn produce_json(
     Ok(Json(ProduceAnswer {
         partitions: pending
             .into_iter()
-            .map(|(partition, count, appended)| PartitionAnswer {
+            .zip(bases)
+            .map(|((partition, count, _), base_offset)| PartitionAnswer {
                 partition,
-                base_offset: appended.base_offset,
+                base_offset,
                 count,
             })
             .collect(),
@@ -332,12 +337,16 @@ fn encode_records<'r>(
     builder.finish();
 }
 
-/// Waits until an fdatasync covers the append.
-async fn durable(appended: &Appended) -> Result<(), ApiError> {
-    appended.durable().await.map(|_| ()).map_err(|e| {
-        tracing::warn!(error = %e, "produce over HTTP failed to become durable");
-        ApiError::from_kafka(storage_error_code(&e), e.to_string())
-    })
+/// Waits until the append is durable (an fdatasync, or a PUT and its commit); its base offset.
+async fn durable(appended: &Appended) -> Result<i64, ApiError> {
+    appended
+        .durable()
+        .await
+        .map(|d| d.base_offset)
+        .map_err(|e| {
+            tracing::warn!(error = %e, "produce over HTTP failed to become durable");
+            ApiError::from_kafka(storage_error_code(&e), e.to_string())
+        })
 }
 
 thread_local! {

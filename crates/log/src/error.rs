@@ -100,6 +100,42 @@ pub enum LogError {
     Closed { path: PathBuf },
     #[error("invalid log configuration: {0}")]
     Config(String),
+    /// The store that orders a partition's writes refused a batch (cluster mode: the shared
+    /// metadata store checks every idempotent producer's sequence, whichever broker the batch
+    /// came through). Nothing of it was appended.
+    #[error("{0}")]
+    Refused(Refusal),
+}
+
+/// Why the store that orders writes refused a batch ([`LogError::Refused`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "producer {producer_id}: out of order sequence {first_seq}, the next expected is {expected}"
+    )]
+    OutOfOrderSequence {
+        producer_id: i64,
+        first_seq: i32,
+        expected: i32,
+    },
+    #[error(
+        "producer {producer_id} is unknown here and its batch starts at sequence {first_seq}, not 0"
+    )]
+    UnknownProducer { producer_id: i64, first_seq: i32 },
+    #[error("producer {producer_id} epoch {epoch} is fenced by epoch {current}")]
+    ProducerFenced {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
+    #[error("producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}")]
+    NewEpochNotAtZero {
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+    },
+    #[error("the partition does not exist (any more)")]
+    UnknownPartition,
 }
 
 impl LogError {

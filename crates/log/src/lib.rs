@@ -88,7 +88,7 @@ pub use config::{
     FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
     SEVEN_DAYS_MS,
 };
-pub use error::{BatchError, LogError, Result, is_no_space};
+pub use error::{BatchError, LogError, Refusal, Result, is_no_space};
 pub use faults::DiskFaults;
 pub use latency::{
     LATENCY_BUCKET_BOUNDS_MICROS, LATENCY_BUCKETS, LatencyHistogram, LatencySnapshot,

@@ -108,6 +108,15 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether the backend itself checks idempotent producers' sequences and answers a
+    /// duplicate with its original offsets (cluster mode: the shared metadata store does, since
+    /// a producer may write through any broker). Then the broker appends idempotent batches
+    /// without its own per-partition check, and [`Appended::durable`] carries the verdict: the
+    /// offsets (a duplicate's original ones) or [`StorageError::Refused`].
+    fn checks_producers(&self) -> bool {
+        false
+    }
+
     /// Takes a changed topic config (retention, segment sizes) for its next appends and
     /// retention passes.
     fn set_config(&self, _config: sluice_log::LogConfig) -> Result<(), StorageError> {
@@ -223,6 +232,7 @@ pub fn shared_error(e: &StorageError) -> StorageError {
         },
         StorageError::Closed { path } => StorageError::Closed { path: path.clone() },
         StorageError::Config(c) => StorageError::Config(c.clone()),
+        StorageError::Refused(r) => StorageError::Refused(r.clone()),
         StorageError::Io { op, path, source } => StorageError::Io {
             op,
             path: path.clone(),

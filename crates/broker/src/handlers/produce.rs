@@ -236,6 +236,13 @@ fn append(
         ));
         rest = &rest[v.len()..];
     }
+    if log.checks_producers() {
+        // The backend decides (a duplicate resolves to its original offsets); the sequences
+        // of one request must still follow each other.
+        check_consecutive(&seqs)?;
+        let appended = log.append(records)?;
+        return Ok(Outcome::Appended(appended, log.log_start_offset()));
+    }
     let state = topic.producers(partition).ok_or_else(unknown)?;
     // Held across check and append: the two are one step for this partition.
     let mut state = state.lock().expect("producer state lock");
@@ -246,6 +253,18 @@ fn append(
         Verdict::Refuse(e) => return Err(e.into()),
         Verdict::Append => {}
     }
+    check_consecutive(&seqs)?;
+    let appended = log.append(records)?;
+    let mut base = appended.base_offset;
+    for (first_seq, last_seq, count) in seqs {
+        state.record(pid, epoch, first_seq, last_seq, base);
+        base += i64::from(count);
+    }
+    Ok(Outcome::Appended(appended, log.log_start_offset()))
+}
+
+/// The batches of one request, `(first seq, last seq, records)` each, must follow each other.
+fn check_consecutive(seqs: &[(i32, i32, i32)]) -> Result<(), ProduceError> {
     for pair in seqs.windows(2) {
         if pair[1].0 != producers::next_seq(pair[0].1) {
             return Err(ProduceError::NotConsecutive {
@@ -254,13 +273,7 @@ fn append(
             });
         }
     }
-    let appended = log.append(records)?;
-    let mut base = appended.base_offset;
-    for (first_seq, last_seq, count) in seqs {
-        state.record(pid, epoch, first_seq, last_seq, base);
-        base += i64::from(count);
-    }
-    Ok(Outcome::Appended(appended, log.log_start_offset()))
+    Ok(())
 }
 
 /// After a failed durability, a backend partition's producer state is reloaded from what the
