@@ -48,9 +48,10 @@ impl Default for DbSettings {
 /// Why the metadata database could not be used; one line each, printed as is.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
+    /// `detail` says what happened (refused, no answer within `timeout`, ...).
     #[error(
-        "cannot reach PostgreSQL at {url} (connect timeout {timeout:?}): {detail}; check the host \
-         and port in --metadata and that the server runs"
+        "cannot reach PostgreSQL at {url}: {detail}; check the host and port in --metadata and \
+         that the server runs"
     )]
     Unreachable {
         url: String,
@@ -74,7 +75,7 @@ pub enum DbError {
     Other { url: String, detail: String },
     /// A statement failed on a working connection (lost connection, timeout, conflict);
     /// callers treat it as retriable unless they know better.
-    #[error("metadata database: {0}")]
+    #[error("metadata database: {}", describe_query_error(.0))]
     Query(#[from] tokio_postgres::Error),
     #[error("metadata database: no connection within {0:?} (all in use or PostgreSQL unreachable)")]
     Checkout(Duration),
@@ -114,6 +115,34 @@ impl Db {
     /// Opens the pool and one connection, so a wrong host, user, password or database is
     /// found now, with a clear line, and not at the first produce.
     pub async fn connect(url: &MetadataUrl, settings: DbSettings) -> Result<Db, DbError> {
+        let db = Db::build(url, settings)?;
+        let first = tokio::time::timeout(settings.connect_timeout, db.pool.get()).await;
+        match first {
+            Ok(Ok(_client)) => Ok(db),
+            Ok(Err(e)) => Err(db.classify(e)),
+            Err(_) => Err(DbError::Unreachable {
+                url: url.to_string(),
+                timeout: settings.connect_timeout,
+                detail: format!("no answer within {:?}", settings.connect_timeout),
+            }),
+        }
+    }
+
+    /// Another pool of at most `pool_size` connections to the same database, with the same
+    /// bounds, opened lazily (no connection until first use). For work that must never wait
+    /// behind the main pool's traffic: the registry heartbeat keeps its own connection, so a
+    /// broker busy with commits cannot starve its own lease.
+    pub fn separate_pool(&self, pool_size: usize) -> Result<Db, DbError> {
+        Db::build(
+            &self.url,
+            DbSettings {
+                pool_size,
+                ..self.settings
+            },
+        )
+    }
+
+    fn build(url: &MetadataUrl, settings: DbSettings) -> Result<Db, DbError> {
         let mut config = url.config().clone();
         config.connect_timeout(settings.connect_timeout);
         config.application_name("sluice");
@@ -138,21 +167,11 @@ impl Db {
                 url: url.to_string(),
                 detail: e.to_string(),
             })?;
-        let db = Db {
+        Ok(Db {
             pool,
             url: url.clone(),
             settings,
-        };
-        let first = tokio::time::timeout(settings.connect_timeout, db.pool.get()).await;
-        match first {
-            Ok(Ok(_client)) => Ok(db),
-            Ok(Err(e)) => Err(db.classify(e)),
-            Err(_) => Err(DbError::Unreachable {
-                url: url.to_string(),
-                timeout: settings.connect_timeout,
-                detail: "no answer".into(),
-            }),
-        }
+        })
     }
 
     /// A connection from the pool (a new one if none is idle and the pool is not full).
@@ -181,6 +200,25 @@ impl Db {
             },
         }
     }
+}
+
+/// A failed statement in one line. tokio-postgres shows a server's error as just "db error"
+/// and keeps the message in its source; this names PostgreSQL's message and SQLSTATE.
+fn describe_query_error(e: &tokio_postgres::Error) -> String {
+    if let Some(db_error) = e.as_db_error() {
+        return format!(
+            "{} (SQLSTATE {})",
+            db_error.message(),
+            db_error.code().code()
+        );
+    }
+    let mut line = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        line = format!("{line}: {s}");
+        source = s.source();
+    }
+    line
 }
 
 /// Turns a failed connect into the line an operator needs.
@@ -222,6 +260,9 @@ fn classify_connect(url: &MetadataUrl, settings: DbSettings, e: tokio_postgres::
             detail: "the server asks for a password and --metadata has none (nor PGPASSWORD)"
                 .into(),
         };
+    }
+    if e.to_string().starts_with("timeout") || detail.contains("timed out") {
+        detail = format!("no answer within {:?} ({detail})", settings.connect_timeout);
     }
     DbError::Unreachable {
         url: shown,
