@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use sluice_log::LogConfig;
+/// A partition's log settings: [`BrokerConfig::log`], and what a
+/// [`PartitionOpener`](crate::storage::PartitionOpener) opens a partition with.
+pub use sluice_log::LogConfig;
 
 /// When appends are synced (group commit, or every N ms): the type of `BrokerConfig::flush`.
 pub use sluice_log::FlushPolicy;
@@ -173,6 +175,27 @@ impl TopicConfig {
         Ok(())
     }
 
+    /// The overrides a cluster catalog holds (Kafka names to strings), each checked by
+    /// [`TopicConfig::set`] as AlterConfigs checks it, so a topic reads the same whichever
+    /// broker created it. An entry this broker does not accept (one a newer broker knows) is
+    /// left out and returned with the reason, for the caller to log.
+    pub fn from_catalog(configs: &BTreeMap<String, String>) -> (TopicConfig, Vec<ConfigError>) {
+        let mut out = TopicConfig::default();
+        let mut refused = Vec::new();
+        for (name, value) in configs {
+            if let Err(e) = out.set(name, Some(value)) {
+                refused.push(e);
+            }
+        }
+        (out, refused)
+    }
+
+    /// The overrides as a cluster catalog stores them (the inverse of
+    /// [`TopicConfig::from_catalog`]).
+    pub fn to_catalog(&self) -> BTreeMap<String, String> {
+        self.0.clone()
+    }
+
     fn int(&self, name: &str) -> Option<i64> {
         self.0.get(name).and_then(|v| v.parse().ok())
     }
@@ -291,5 +314,25 @@ mod tests {
         assert_eq!(c.log_config(&LogConfig::default()).retention_ms, None);
         c.set("retention.ms", None).unwrap();
         assert!(c.0.is_empty());
+    }
+
+    /// A catalog's strings go through the same checks as AlterConfigs, and back unchanged.
+    #[test]
+    fn catalog_configs_round_trip_and_refuse_what_alter_would() {
+        let mut set = TopicConfig::default();
+        set.set("retention.ms", Some(" 60000 ")).unwrap();
+        set.set("max.message.bytes", Some("2048")).unwrap();
+        let (back, refused) = TopicConfig::from_catalog(&set.to_catalog());
+        assert_eq!(back, set);
+        assert!(refused.is_empty());
+
+        let mut stored = set.to_catalog();
+        stored.insert("flush.ms".into(), "1".into());
+        stored.insert("segment.bytes".into(), "10".into());
+        let (read, refused) = TopicConfig::from_catalog(&stored);
+        assert_eq!(read, set, "refused entries are left out");
+        assert_eq!(refused.len(), 2);
+        assert!(refused.iter().any(|e| e.0.contains("flush.ms")));
+        assert!(refused.iter().any(|e| e.0.contains("segment.bytes")));
     }
 }

@@ -9,13 +9,22 @@
 //!   log is its first implementation), and [`Broker::read`], the read every listener uses;
 //! - [`config`]: broker settings and topic configs;
 //! - [`errors`]: the one map from Sluice errors to Kafka error codes;
+//! - [`cluster`] and [`catalog`]: cluster mode (many brokers over one bucket and one
+//!   PostgreSQL): what the broker asks of the shared metadata store, and the topic catalog
+//!   applied to [`topics`];
 //! - `handlers/`: one file per API.
+//!
+//! Three ways to open: [`Broker::open`] (local logs), [`Broker::open_with`] (one broker on a
+//! bucket) and [`Broker::open_cluster`] (one of many brokers: topics, producer ids and the live
+//! brokers come from the metadata store; admin requests change the store, then answer once
+//! this broker's copy shows the change).
 //!
 //! Produce path: `handlers::produce` appends each partition's batches (*appended*), awaits
 //! their durability (*durable*), then answers (*acknowledged*). Fetch path: `handlers::fetch`
 //! reads durable batches and, below `min_bytes`, parks until a high watermark moves or
 //! `max_wait_ms` passes.
 
+pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod errors;
@@ -41,6 +50,8 @@ use sluice_protocol::kafka_protocol::messages::{RequestKind, ResponseKind};
 pub use config::{BrokerConfig, TopicConfig};
 use groups::assignor::TopicInfo;
 pub use topics::{Topic, TopicError, TopicRegistry};
+/// Topic ids ([`Topic::id`], [`cluster::ClusterMeta`]) are `uuid::Uuid`s.
+pub use uuid;
 use uuid::Uuid;
 
 /// Why an append was refused; [`AppendError::code`] is its Kafka error code (through the one
@@ -60,7 +71,8 @@ impl AppendError {
 #[derive(Debug)]
 pub struct Broker {
     config: BrokerConfig,
-    topics: TopicRegistry,
+    /// Shared with the catalog task in cluster mode.
+    topics: Arc<TopicRegistry>,
     committer: GroupCommitter,
     clock: Arc<dyn Clock>,
     producer_ids: producers::ProducerIds,
@@ -71,6 +83,16 @@ pub struct Broker {
     produce_refusals_log: log_limiter::LogLimiter,
     /// Where metadata file changes are made durable besides the local disk (`None`: local mode).
     journal: sluice_storage::Journal,
+    /// Cluster mode: the shared metadata store, and what applies its catalog to `topics`
+    /// (`None` in the single-broker modes).
+    cluster: Option<ClusterParts>,
+}
+
+/// What a broker in cluster mode holds besides the single-broker parts.
+#[derive(Debug)]
+struct ClusterParts {
+    meta: Arc<dyn cluster::ClusterMeta>,
+    catalog: Arc<catalog::CatalogSync>,
 }
 
 /// How often at most the broker logs an event that clients can repeat at will.
@@ -135,25 +157,173 @@ impl Broker {
                 path: config.data_dir.clone(),
                 source,
             })?;
-        let groups = groups::Coordinator::open(
-            &config.data_dir,
-            &committer,
-            config.groups.clone(),
-            Arc::clone(&clock),
-            journal.clone(),
-        )?;
+        let groups = Self::open_groups(&config, &committer, &clock, &journal)?;
         Ok(Broker {
-            topics,
+            topics: Arc::new(topics),
             committer,
             clock,
             producer_ids,
-            groups: Arc::new(groups),
+            groups,
             metrics: metrics::Metrics::default(),
             memory: memory::MemoryBudget::new(config.memory_limit),
             produce_refusals_log: log_limiter::LogLimiter::new(REPEATED_LOG_INTERVAL),
             config,
             journal,
+            cluster: None,
         })
+    }
+
+    /// Opens the broker as one of many over a shared metadata store (cluster mode): its
+    /// topics are the store's catalog (opened through `backend`; nothing is written under
+    /// `<data dir>/topics`), producer ids come from the store's blocks, Metadata lists the
+    /// store's live brokers, and `config.node_id` / `config.cluster_id` become the store's.
+    ///
+    /// Applies the catalog as it is now before it returns (a topic that cannot be opened
+    /// fails the open). Call it inside a tokio runtime (on the blocking pool: it opens
+    /// partitions), and it also starts the task that applies every later catalog change;
+    /// outside one, call [`Broker::start_cluster_sync`] once inside the runtime (the first
+    /// request handled starts it too).
+    pub fn open_cluster(
+        mut config: BrokerConfig,
+        clock: Arc<dyn Clock>,
+        backend: Arc<dyn sluice_storage::PartitionOpener>,
+        meta: Arc<dyn cluster::ClusterMeta>,
+    ) -> Result<Broker, OpenError> {
+        config.node_id = meta.node_id();
+        config.cluster_id = meta.cluster_id();
+        let journal = Some(backend.journal());
+        let committer = GroupCommitter::start_with_space(
+            CommitConfig {
+                policy: config.flush,
+                sync_threads: config.sync_threads,
+            },
+            sluice_log::DataDirSpace::for_dir(&config.data_dir),
+        );
+        let topics = Arc::new(TopicRegistry::cluster(&config, backend));
+        let producer_ids = producers::ProducerIds::cluster(Arc::clone(&meta));
+        let groups = Self::open_groups(&config, &committer, &clock, &journal)?;
+        let weak_groups = Arc::downgrade(&groups);
+        let on_removed = Box::new(move |name: &str| {
+            if let Some(groups) = weak_groups.upgrade() {
+                groups.topic_deleted(name);
+            }
+        });
+        let sync = catalog::CatalogSync::new(
+            Arc::clone(&meta),
+            Arc::clone(&topics),
+            config.clone(),
+            on_removed,
+        );
+        let applied = sync.apply_now();
+        if let Some((_, e)) = applied.failed.into_iter().next() {
+            return Err(OpenError::Topics(e));
+        }
+        sync.start();
+        Ok(Broker {
+            topics,
+            committer,
+            clock,
+            producer_ids,
+            groups,
+            metrics: metrics::Metrics::default(),
+            memory: memory::MemoryBudget::new(config.memory_limit),
+            produce_refusals_log: log_limiter::LogLimiter::new(REPEATED_LOG_INTERVAL),
+            config,
+            journal,
+            cluster: Some(ClusterParts {
+                meta,
+                catalog: sync,
+            }),
+        })
+    }
+
+    /// The group coordinator, the same for every mode for now: its store is a file in the
+    /// data directory (made durable through `journal` when there is one). The one place it is
+    /// made.
+    fn open_groups(
+        config: &BrokerConfig,
+        committer: &GroupCommitter,
+        clock: &Arc<dyn Clock>,
+        journal: &sluice_storage::Journal,
+    ) -> Result<Arc<groups::Coordinator>, OpenError> {
+        let groups = groups::Coordinator::open(
+            &config.data_dir,
+            committer,
+            config.groups.clone(),
+            Arc::clone(clock),
+            journal.clone(),
+        )?;
+        Ok(Arc::new(groups))
+    }
+
+    /// The shared metadata store in cluster mode (`None` in the single-broker modes).
+    pub fn cluster(&self) -> Option<&Arc<dyn cluster::ClusterMeta>> {
+        self.cluster.as_ref().map(|c| &c.meta)
+    }
+
+    /// Cluster mode: starts the task that applies every change of the store's catalog to this
+    /// broker's topics, if it is not running yet; needs a tokio runtime. `open_cluster` starts
+    /// it itself when it runs inside one. Does nothing in the single-broker modes.
+    pub fn start_cluster_sync(&self) {
+        if let Some(c) = &self.cluster
+            && !c.catalog.start()
+        {
+            tracing::warn!("cluster catalog task not started: no tokio runtime here");
+        }
+    }
+
+    /// Cluster mode: reloads the catalog from the store and applies it now (what every topic
+    /// change through this broker does before it answers). At once in the single-broker
+    /// modes.
+    pub async fn refresh_catalog(&self) -> Result<topics::CatalogApplied, cluster::ClusterError> {
+        match &self.cluster {
+            Some(c) => c.catalog.refresh().await,
+            None => Ok(topics::CatalogApplied::default()),
+        }
+    }
+
+    /// Cluster mode: creates a topic in the metadata store, with the checks CreateTopics
+    /// applies here first, and returns it once this broker has it open (the HTTP API's path;
+    /// Kafka's CreateTopics does the same for many at once).
+    pub async fn create_topic_in_cluster(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: TopicConfig,
+    ) -> Result<Arc<Topic>, catalog::ChangeError> {
+        let (meta, sync) = self.cluster_parts()?;
+        self.topics
+            .validate_create(name, partitions, self.config.partitions_per_topic_max)?;
+        let id = Uuid::new_v4();
+        meta.create_topic(id, name.to_owned(), partitions, configs.to_catalog())
+            .await?;
+        let mut applied = catalog::refreshed(sync.refresh().await)?;
+        catalog::opened(&self.topics, name, id, &mut applied)
+    }
+
+    /// Cluster mode: deletes a topic in the metadata store and returns once this broker has
+    /// dropped it (its committed group offsets forgotten, as DeleteTopics). The data is the
+    /// store's to remove.
+    pub async fn delete_topic_in_cluster(&self, name: &str) -> Result<(), catalog::ChangeError> {
+        let (meta, sync) = self.cluster_parts()?;
+        meta.delete_topic(name.to_owned()).await?;
+        catalog::refreshed(sync.refresh().await)?;
+        Ok(())
+    }
+
+    /// The store and the catalog sync, or the error that says this is not cluster mode.
+    fn cluster_parts(
+        &self,
+    ) -> Result<(&Arc<dyn cluster::ClusterMeta>, &Arc<catalog::CatalogSync>), catalog::ChangeError>
+    {
+        let c = self.cluster.as_ref().ok_or_else(|| {
+            cluster::ClusterError::Unavailable("this broker is not in cluster mode".into())
+        })?;
+        Ok((&c.meta, &c.catalog))
+    }
+
+    pub(crate) fn catalog_sync(&self) -> Option<&Arc<catalog::CatalogSync>> {
+        self.cluster.as_ref().map(|c| &c.catalog)
     }
 
     /// The backend's journal of metadata file changes (`None` in local mode).
@@ -201,6 +371,10 @@ impl Broker {
             .map(|c| c.to_string())
             .unwrap_or_default();
         let client_host = peer.map(|ip| format!("/{ip}")).unwrap_or_default();
+        if let Some(c) = &self.cluster {
+            // Once; for a broker opened outside a runtime.
+            c.catalog.start();
+        }
         match request.body {
             RequestKind::Fetch(req) => {
                 let broker = Arc::clone(self);
@@ -237,9 +411,7 @@ impl Broker {
             RequestKind::ApiVersions(_) => {
                 ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
             }
-            RequestKind::Metadata(req) => ready(ResponseKind::Metadata(
-                handlers::metadata::handle(self, req, version),
-            )),
+            RequestKind::Metadata(req) => handlers::metadata::start(self, req, version),
             RequestKind::CreateTopics(req) => handlers::create_topics::handle(self, req, version),
             RequestKind::DeleteTopics(req) => handlers::delete_topics::handle(self, req, version),
             RequestKind::DescribeConfigs(req) => ready(ResponseKind::DescribeConfigs(
@@ -261,9 +433,12 @@ impl Broker {
             }
             .boxed(),
             RequestKind::InitProducerId(req) => handlers::init_producer_id::handle(self, req),
-            RequestKind::FindCoordinator(req) => ready(ResponseKind::FindCoordinator(
-                handlers::groups::find_coordinator(self, req, version),
-            )),
+            RequestKind::FindCoordinator(req) => async move {
+                Some(ResponseKind::FindCoordinator(
+                    handlers::groups::find_coordinator(&this, req, version).await,
+                ))
+            }
+            .boxed(),
             RequestKind::JoinGroup(req) => {
                 self.start_group_timer();
                 async move {
@@ -294,9 +469,12 @@ impl Broker {
             RequestKind::ListGroups(req) => ready(ResponseKind::ListGroups(
                 handlers::groups::list_groups(self, req, version),
             )),
-            RequestKind::DescribeGroups(req) => ready(ResponseKind::DescribeGroups(
-                handlers::groups::describe_groups(self, req, version),
-            )),
+            RequestKind::DescribeGroups(req) => async move {
+                Some(ResponseKind::DescribeGroups(
+                    handlers::groups::describe_groups(&this, req, version).await,
+                ))
+            }
+            .boxed(),
             RequestKind::DeleteGroups(req) => async move {
                 Some(ResponseKind::DeleteGroups(
                     handlers::groups::delete_groups(&this, req).await,
@@ -309,9 +487,12 @@ impl Broker {
                 ))
             }
             .boxed(),
-            RequestKind::OffsetFetch(req) => ready(ResponseKind::OffsetFetch(
-                handlers::offsets::fetch(self, req, version),
-            )),
+            RequestKind::OffsetFetch(req) => async move {
+                Some(ResponseKind::OffsetFetch(
+                    handlers::offsets::fetch(&this, req, version).await,
+                ))
+            }
+            .boxed(),
             RequestKind::OffsetDelete(req) => async move {
                 Some(ResponseKind::OffsetDelete(
                     handlers::offsets::delete(&this, req).await,
@@ -332,9 +513,12 @@ impl Broker {
                 }
                 .boxed()
             }
-            RequestKind::ConsumerGroupDescribe(req) => ready(ResponseKind::ConsumerGroupDescribe(
-                handlers::consumer_group::describe(self, req, version),
-            )),
+            RequestKind::ConsumerGroupDescribe(req) => async move {
+                Some(ResponseKind::ConsumerGroupDescribe(
+                    handlers::consumer_group::describe(&this, req, version).await,
+                ))
+            }
+            .boxed(),
             other => {
                 // The decoder only lets through APIs listed in `versions::SUPPORTED`, and every
                 // one of those has an arm above.
@@ -365,8 +549,12 @@ impl Broker {
         deleted
     }
 
-    /// Flushes and closes every partition log and the group store cleanly.
+    /// Flushes and closes every partition log and the group store cleanly (and, in cluster
+    /// mode, stops applying catalog changes).
     pub fn shutdown(&self) {
+        if let Some(c) = &self.cluster {
+            c.catalog.stop();
+        }
         self.topics.close_all();
         self.groups.close();
     }

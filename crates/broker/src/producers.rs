@@ -17,16 +17,23 @@
 //! (`producers.json`, with the log end offset it covers); opening loads it and replays the
 //! batches appended after it, or the whole log when there is no usable snapshot; or, with
 //! another backend (the object store), replays its producer history (`from_history`).
+//!
+//! Producer ids: one broker reserves blocks of [`ID_BLOCK`] in its `producer-ids` file; in
+//! cluster mode ([`ProducerIds::cluster`]) blocks come from the shared metadata store, which
+//! never hands the same block to two brokers, and nothing is written locally.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sluice_log::batch::BatchView;
 use sluice_log::{DataDirSpace, PartitionLog, is_no_space};
 use sluice_storage::{FileChange, Journal, ProducerBatch};
+
+use crate::cluster::{ClusterError, ClusterMeta};
 
 /// Batches remembered per producer and partition: Kafka clients keep at most 5 requests in
 /// flight per connection with idempotence, so a retry is always one of the last 5.
@@ -34,12 +41,39 @@ pub const RECENT_BATCHES: usize = 5;
 /// Producers remembered per partition; the least recently active is forgotten past this.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
 /// Producer ids reserved (and persisted) at a time.
-const ID_BLOCK: i64 = 1000;
+pub const ID_BLOCK: i64 = 1000;
+/// Longest an InitProducerId waits for a new block of ids from the cluster's metadata store
+/// (the store bounds its own statements; this bounds the whole call, so a store that stops
+/// answering costs the client a retriable error, not a request stuck until it times out).
+pub const CLUSTER_BLOCK_WAIT: Duration = Duration::from_secs(10);
 const SNAPSHOT_FILE: &str = "producers.json";
 
-/// Allocates producer ids that are never reused, even across restarts.
+/// Allocates producer ids that are never reused, even across restarts: from blocks reserved
+/// in a local file, or (cluster mode) from blocks the shared metadata store hands out.
 #[derive(Debug)]
 pub struct ProducerIds {
+    source: IdSource,
+}
+
+#[derive(Debug)]
+enum IdSource {
+    File(FileIds),
+    Cluster(ClusterIds),
+}
+
+/// Cluster mode: the block being handed out.
+#[derive(Debug)]
+struct ClusterIds {
+    cluster: Arc<dyn ClusterMeta>,
+    /// (next id to hand out, first id past the block). An async lock: it is held while a new
+    /// block is fetched, so concurrent requests wait for that one fetch instead of each
+    /// taking (and mostly wasting) a block of its own.
+    block: tokio::sync::Mutex<(i64, i64)>,
+}
+
+/// One broker: blocks reserved in `<data dir>/producer-ids`.
+#[derive(Debug)]
+struct FileIds {
     path: PathBuf,
     /// (next id to hand out, first id not yet reserved on disk)
     state: Mutex<(i64, i64)>,
@@ -50,7 +84,83 @@ pub struct ProducerIds {
 }
 
 impl ProducerIds {
+    /// One broker: ids from blocks reserved in `<data_dir>/producer-ids`, each reservation
+    /// also recorded in `journal` (if any).
     pub fn open(data_dir: &Path, journal: Journal) -> std::io::Result<ProducerIds> {
+        let source = IdSource::File(FileIds::open(data_dir, journal)?);
+        Ok(ProducerIds { source })
+    }
+
+    /// Cluster mode: ids from blocks of the shared metadata store; no file.
+    pub fn cluster(cluster: Arc<dyn ClusterMeta>) -> ProducerIds {
+        let block = tokio::sync::Mutex::new((0, 0));
+        let source = IdSource::Cluster(ClusterIds { cluster, block });
+        ProducerIds { source }
+    }
+
+    /// Whether ids come from the cluster (use [`ProducerIds::allocate_in_cluster`]).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.source, IdSource::Cluster(_))
+    }
+
+    /// A new producer id, and whether a new block of ids was reserved for it: then, with a
+    /// journal, the id may be handed out only once the journal's `durable()` has succeeded
+    /// (else call [`ProducerIds::forget_reservation`]). One broker only: in cluster mode
+    /// ids come from [`ProducerIds::allocate_in_cluster`].
+    pub fn allocate(&self) -> Result<(i64, bool), ProducerError> {
+        match &self.source {
+            IdSource::File(ids) => ids.allocate(),
+            IdSource::Cluster(_) => Err(ProducerError::IdAllocation(std::io::Error::other(
+                "in cluster mode producer ids come from the metadata store",
+            ))),
+        }
+    }
+
+    /// The last reservation was not made durable: the next id reserves a new block.
+    pub fn forget_reservation(&self) {
+        if let IdSource::File(ids) = &self.source {
+            ids.forget_reservation();
+        }
+    }
+
+    /// Cluster mode: a new producer id from the current block, which is replaced by a new one
+    /// from the store once used up. When this returns the id is the caller's alone: the store
+    /// recorded the block as taken before it answered. Waits at most [`CLUSTER_BLOCK_WAIT`]
+    /// for the store ([`ClusterError::Unavailable`] then; retriable).
+    pub async fn allocate_in_cluster(&self) -> Result<i64, ClusterError> {
+        let IdSource::Cluster(ids) = &self.source else {
+            return Err(ClusterError::Unavailable(
+                "not in cluster mode: producer ids come from the local file".into(),
+            ));
+        };
+        let mut block = ids.block.lock().await;
+        if block.0 >= block.1 {
+            let fetched = tokio::time::timeout(CLUSTER_BLOCK_WAIT, ids.cluster.producer_id_block());
+            let (first, count) = fetched.await.map_err(|_| {
+                ClusterError::Unavailable(format!(
+                    "no block of producer ids within {CLUSTER_BLOCK_WAIT:?}"
+                ))
+            })??;
+            if first < 0 || count <= 0 || first.checked_add(count).is_none() {
+                return Err(ClusterError::Unavailable(format!(
+                    "the store handed out an unusable block of producer ids ({first}, {count})"
+                )));
+            }
+            *block = (first, first + count);
+            tracing::debug!(
+                first,
+                count,
+                "took a block of producer ids from the cluster"
+            );
+        }
+        let id = block.0;
+        block.0 += 1;
+        Ok(id)
+    }
+}
+
+impl FileIds {
+    fn open(data_dir: &Path, journal: Journal) -> std::io::Result<FileIds> {
         let path = data_dir.join("producer-ids");
         let reserved = match fs::read_to_string(&path) {
             Ok(text) => text.trim().parse::<i64>().map_err(|e| {
@@ -63,7 +173,7 @@ impl ProducerIds {
             Err(e) => return Err(e),
         };
         // Ids below `reserved` may have been handed out before a crash: start after them.
-        Ok(ProducerIds {
+        Ok(FileIds {
             path,
             state: Mutex::new((reserved, reserved)),
             space: DataDirSpace::for_dir(data_dir),
@@ -71,10 +181,7 @@ impl ProducerIds {
         })
     }
 
-    /// A new producer id, and whether a new block of ids was reserved for it: then, with a
-    /// journal, the id may be handed out only once the journal's `durable()` has succeeded
-    /// (else call [`ProducerIds::forget_reservation`]).
-    pub fn allocate(&self) -> Result<(i64, bool), ProducerError> {
+    fn allocate(&self) -> Result<(i64, bool), ProducerError> {
         let mut state = self.state.lock().expect("producer ids lock");
         let reserving = state.0 == state.1;
         if reserving {
@@ -100,8 +207,7 @@ impl ProducerIds {
         Ok((id, reserving))
     }
 
-    /// The last reservation was not made durable: the next id reserves a new block.
-    pub fn forget_reservation(&self) {
+    fn forget_reservation(&self) {
         let mut state = self.state.lock().expect("producer ids lock");
         state.1 = state.0;
     }
@@ -151,7 +257,7 @@ pub enum ProducerError {
     },
     #[error("a transactional id was given: transactions are not supported")]
     Transactional,
-    #[error("reserving producer ids on disk: {0}")]
+    #[error("reserving producer ids: {0}")]
     IdAllocation(#[source] std::io::Error),
 }
 

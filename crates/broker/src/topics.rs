@@ -22,6 +22,12 @@
 //! With a [`PartitionOpener`] (the object store), partitions are the backend's; each change of
 //! `topic.json` (and a topic's removal), once on local disk, is recorded in the backend's
 //! `MetaJournal`. Callers await `Broker::sync_metadata` before they answer.
+//!
+//! Cluster mode ([`TopicRegistry::cluster`]): the shared metadata store is the truth and no
+//! topic file is ever written; the registry holds what the store's catalog says, and
+//! [`TopicRegistry::apply_catalog`] brings it in line with a catalog (opening new topics and
+//! partitions in the backend, dropping deleted ones, taking changed configs). The changes
+//! themselves go to the store (`crate::catalog`), never through `create`/`delete` here.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -32,6 +38,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use sluice_log::{Clock, GroupCommitter, LogError, PartitionLog, is_no_space};
 use uuid::Uuid;
 
+use crate::cluster::Catalog;
 use crate::config::{BrokerConfig, TopicConfig};
 use crate::producers::PartitionProducers;
 use crate::storage::PartitionStorage;
@@ -185,6 +192,31 @@ pub struct TopicRegistry {
     admin: Mutex<()>,
     /// Opens partitions and journals metadata changes (`None`: local logs, no journal).
     backend: Option<Arc<dyn PartitionOpener>>,
+    /// Cluster mode: the version of the last catalog applied and whether all of it was
+    /// (`None` until the first). `None` outside cluster mode.
+    applied: Option<Mutex<Option<AppliedCatalog>>>,
+}
+
+/// The last catalog [`TopicRegistry::apply_catalog`] applied.
+#[derive(Debug, Clone, Copy)]
+struct AppliedCatalog {
+    version: i64,
+    /// Every topic of it is open as it says; else the next apply of any version retries.
+    complete: bool,
+}
+
+/// What [`TopicRegistry::apply_catalog`] did.
+#[derive(Debug, Default)]
+pub struct CatalogApplied {
+    /// Topics this broker no longer has: deleted, or deleted and created again under a new id
+    /// (then it has the new one). Their group offsets are to be forgotten.
+    pub removed: Vec<String>,
+    /// Topics opened, grown or reconfigured.
+    pub changed: usize,
+    /// What could not be opened or reconfigured; the next apply tries again.
+    pub failed: Vec<(String, TopicError)>,
+    /// Nothing to do: this catalog (or a newer one) is applied already.
+    pub skipped: bool,
 }
 
 /// Checks a topic name the way Kafka does: 1–249 bytes of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -255,7 +287,153 @@ impl TopicRegistry {
             topics: RwLock::new(topics),
             admin: Mutex::new(()),
             backend,
+            applied: None,
         })
+    }
+
+    /// An empty registry for cluster mode: its topics come from the store's catalog
+    /// ([`TopicRegistry::apply_catalog`]) and their partitions from `backend`. Nothing is read
+    /// or written under `<data_dir>/topics`.
+    pub fn cluster(config: &BrokerConfig, backend: Arc<dyn PartitionOpener>) -> TopicRegistry {
+        TopicRegistry {
+            root: config.data_dir.join("topics"),
+            topics: RwLock::new(BTreeMap::new()),
+            admin: Mutex::new(()),
+            backend: Some(backend),
+            applied: Some(Mutex::new(None)),
+        }
+    }
+
+    /// Whether topics come from a cluster's catalog (see [`TopicRegistry::cluster`]).
+    pub fn is_cluster(&self) -> bool {
+        self.applied.is_some()
+    }
+
+    /// Refuses a change of topic files in cluster mode, where topics change in the store: a
+    /// guard against a caller that took the single-broker path by mistake.
+    fn local_only(&self, op: &'static str) -> Result<(), TopicError> {
+        if !self.is_cluster() {
+            return Ok(());
+        }
+        Err(TopicError::Io {
+            op,
+            path: self.root.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "in cluster mode topics change through the metadata store, not topic files",
+            ),
+        })
+    }
+
+    /// Makes this broker's topics what `catalog` says (cluster mode): a topic new to it is
+    /// opened (its partitions through the backend, with its configs); a topic gone from it,
+    /// or there under another id (deleted and created again), is dropped from memory (its
+    /// data is the store's: nothing is deleted here); a topic with more partitions opens the
+    /// new ones; changed configs go to every partition. Idempotent: a catalog older than, or
+    /// the same as, the last one fully applied costs one comparison. Opens partitions, which
+    /// may do blocking I/O: call it off the async workers.
+    pub fn apply_catalog(&self, catalog: &Catalog, broker: &BrokerConfig) -> CatalogApplied {
+        let (Some(applied), Some(backend)) = (&self.applied, &self.backend) else {
+            tracing::error!("a cluster catalog was applied outside cluster mode; ignored");
+            return CatalogApplied::default();
+        };
+        let _admin = self.admin.lock().expect("admin lock");
+        let mut last = applied.lock().expect("applied catalog lock");
+        if let Some(last) = *last
+            && (catalog.version < last.version
+                || (catalog.version == last.version && last.complete))
+        {
+            return CatalogApplied {
+                skipped: true,
+                ..CatalogApplied::default()
+            };
+        }
+        let mut out = CatalogApplied::default();
+        let current: Vec<Arc<Topic>> = self.all();
+        for topic in &current {
+            if catalog.topics.get(&topic.name).map(|t| t.id) != Some(topic.id) {
+                self.topics
+                    .write()
+                    .expect("topics lock")
+                    .remove(&topic.name);
+                tracing::info!(topic = %topic.name, id = %topic.id, "topic deleted in the cluster; dropped here");
+                out.removed.push(topic.name.clone());
+            }
+        }
+        for (name, wanted) in &catalog.topics {
+            let (configs, refused) = TopicConfig::from_catalog(&wanted.configs);
+            let log_config = configs.log_config(&broker.log);
+            let existing = self.get(name);
+            let changing = existing
+                .as_ref()
+                .is_none_or(|t| t.config() != configs || t.partition_count() < wanted.partitions);
+            if changing {
+                for e in &refused {
+                    tracing::warn!(topic = %name, error = %e, "ignoring a topic config from the cluster catalog");
+                }
+            }
+            let Some(topic) = existing else {
+                let meta = TopicFile {
+                    id: wanted.id,
+                    partitions: wanted.partitions,
+                    configs,
+                };
+                let open = (broker, backend);
+                match open_cluster_topic(name, &self.root.join(name), meta, open) {
+                    Ok(topic) => {
+                        self.topics
+                            .write()
+                            .expect("topics lock")
+                            .insert(name.clone(), Arc::new(topic));
+                        tracing::info!(topic = %name, id = %wanted.id, partitions = wanted.partitions, "opened topic from the cluster catalog");
+                        out.changed += 1;
+                    }
+                    Err(e) => {
+                        tracing::error!(topic = %name, error = %e, "could not open a topic of the cluster catalog; retrying at the next change");
+                        out.failed.push((name.clone(), e));
+                    }
+                }
+                continue;
+            };
+            let current = topic.partition_count();
+            if wanted.partitions < current {
+                tracing::warn!(topic = %name, catalog = wanted.partitions, open = current, "the cluster catalog lists fewer partitions than are open; partitions are never removed");
+            }
+            if wanted.partitions > current {
+                match grow_cluster_topic(&topic, wanted.partitions, log_config, backend) {
+                    Ok(()) => {
+                        tracing::info!(topic = %name, from = current, to = wanted.partitions, "opened new partitions from the cluster catalog");
+                        out.changed += 1;
+                    }
+                    Err(e) => {
+                        tracing::error!(topic = %name, error = %e, "could not open new partitions of the cluster catalog; retrying at the next change");
+                        out.failed.push((name.clone(), e));
+                    }
+                }
+            }
+            if topic.config() != configs {
+                let reconfigured = topic
+                    .partitions()
+                    .iter()
+                    .try_for_each(|p| p.set_config(log_config));
+                match reconfigured {
+                    Ok(()) => {
+                        *topic.config.write().expect("config lock") = configs;
+                        tracing::info!(topic = %name, "took changed topic configs from the cluster catalog");
+                        out.changed += 1;
+                    }
+                    Err(e) => {
+                        tracing::error!(topic = %name, error = %e, "could not apply changed topic configs; retrying at the next change");
+                        out.failed.push((name.clone(), e.into()));
+                    }
+                }
+            }
+        }
+        *last = Some(AppliedCatalog {
+            version: catalog.version,
+            complete: out.failed.is_empty(),
+        });
+        out
     }
 
     /// Records in the journal (if any) that topic `name` has a `topic.json` of `contents`
@@ -320,6 +498,7 @@ impl TopicRegistry {
         clock: &Arc<dyn Clock>,
     ) -> Result<Arc<Topic>, TopicError> {
         let _admin = self.admin.lock().expect("admin lock");
+        self.local_only("create")?;
         self.validate_create(name, partitions, broker.partitions_per_topic_max)?;
         let meta = TopicFile {
             id: Uuid::new_v4(),
@@ -393,6 +572,7 @@ impl TopicRegistry {
     /// Deletes a topic and all its data.
     pub fn delete(&self, name: &str) -> Result<(), TopicError> {
         let _admin = self.admin.lock().expect("admin lock");
+        self.local_only("delete")?;
         let topic = self
             .topics
             .write()
@@ -425,6 +605,7 @@ impl TopicRegistry {
         broker: &BrokerConfig,
     ) -> Result<(), TopicError> {
         let _admin = self.admin.lock().expect("admin lock");
+        self.local_only("configure")?;
         let meta = TopicFile {
             id: topic.id,
             partitions: topic.partition_count(),
@@ -467,6 +648,7 @@ impl TopicRegistry {
         if validate_only {
             return Ok(());
         }
+        self.local_only("add partitions to")?;
         let configs = topic.config();
         let log_config = configs.log_config(&broker.log);
         // The new logs first, then the count that makes them part of the topic: a full disk
@@ -537,14 +719,66 @@ fn open_partition(
     (_, committer, clock, backend): Opening<'_>,
 ) -> Result<(Arc<dyn PartitionStorage>, PartitionProducers), TopicError> {
     if let Some(backend) = backend {
-        let storage = backend.open_partition(*id.as_bytes(), p, log_config)?;
-        let history = storage.producer_history().unwrap_or_default();
-        return Ok((storage, PartitionProducers::from_history(history)));
+        return open_backend_partition(backend, id, p, log_config);
     }
     let (path, clock) = (dir.join(p.to_string()), Arc::clone(clock));
     let log = PartitionLog::open(path, log_config, committer, clock)?;
     let state = PartitionProducers::load(&log);
     Ok((Arc::new(log), state))
+}
+
+/// Opens partition `p` in `backend`, with the producer state its history gives.
+fn open_backend_partition(
+    backend: &Arc<dyn PartitionOpener>,
+    id: Uuid,
+    p: i32,
+    log_config: sluice_log::LogConfig,
+) -> Result<(Arc<dyn PartitionStorage>, PartitionProducers), TopicError> {
+    let storage = backend.open_partition(id.into_bytes(), p, log_config)?;
+    let history = storage.producer_history().unwrap_or_default();
+    Ok((storage, PartitionProducers::from_history(history)))
+}
+
+/// Opens a topic of a cluster catalog: every partition through the backend. `dir` is only a
+/// name (nothing is made there).
+fn open_cluster_topic(
+    name: &str,
+    dir: &Path,
+    meta: TopicFile,
+    (broker, backend): (&BrokerConfig, &Arc<dyn PartitionOpener>),
+) -> Result<Topic, TopicError> {
+    let log_config = meta.configs.log_config(&broker.log);
+    let topic = Topic {
+        name: name.to_owned(),
+        id: meta.id,
+        dir: dir.to_owned(),
+        partitions: RwLock::new(Vec::new()),
+        producers: RwLock::new(Vec::new()),
+        config: RwLock::new(meta.configs),
+    };
+    grow_cluster_topic(&topic, meta.partitions, log_config, backend)?;
+    Ok(topic)
+}
+
+/// Opens partitions `topic.partition_count()..count` through the backend and adds them, all
+/// or none.
+fn grow_cluster_topic(
+    topic: &Topic,
+    count: i32,
+    log_config: sluice_log::LogConfig,
+    backend: &Arc<dyn PartitionOpener>,
+) -> Result<(), TopicError> {
+    let current = topic.partition_count();
+    let opened = (current..count)
+        .map(|p| open_backend_partition(backend, topic.id, p, log_config))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut partitions = topic.partitions.write().expect("partitions lock");
+    let mut producers = topic.producers.write().expect("producers lock");
+    for (partition, state) in opened {
+        partitions.push(partition);
+        producers.push(Arc::new(Mutex::new(state)));
+    }
+    Ok(())
 }
 
 fn open_topic(

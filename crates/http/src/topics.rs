@@ -15,6 +15,9 @@
 //! IncrementalAlterConfigs use, so both paths accept exactly the same values.
 //! In object-storage mode both answer only once the change is durable in the bucket
 //! (`Broker::sync_metadata`); if it cannot be made so, 503 with the reason (retry).
+//! In cluster mode both go to the shared metadata store (`Broker::create_topic_in_cluster`,
+//! `Broker::delete_topic_in_cluster`) and answer once this broker's copy of the catalog shows
+//! the change; a store that does not answer is a 503 (retry).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +29,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use sluice_broker::catalog::ChangeError;
+use sluice_broker::cluster::ClusterError;
 use sluice_broker::topics::validate_topic_name;
 use sluice_broker::{Broker, Topic, TopicConfig, TopicError};
 
@@ -122,12 +127,20 @@ pub async fn create(
     let configs = topic_configs(&req.configs)?;
     let broker = Arc::clone(&state.broker);
     let name = req.name;
-    let topic =
-        tokio::task::spawn_blocking(move || broker.create_topic(&name, partitions, configs))
-            .await
-            .map_err(|e| ApiError::internal(format!("creating the topic failed: {e}")))?
-            .map_err(topic_error)?;
-    synced(&state.broker).await?;
+    let topic = if broker.cluster().is_some() {
+        (broker
+            .create_topic_in_cluster(&name, partitions, configs)
+            .await)
+            .map_err(change_error)?
+    } else {
+        let topic =
+            tokio::task::spawn_blocking(move || broker.create_topic(&name, partitions, configs))
+                .await
+                .map_err(|e| ApiError::internal(format!("creating the topic failed: {e}")))?
+                .map_err(topic_error)?;
+        synced(&state.broker).await?;
+        topic
+    };
     let description = describe_topic(&state.broker, &topic);
     Ok((StatusCode::CREATED, Json(description)).into_response())
 }
@@ -156,6 +169,13 @@ pub async fn delete(
     let name = topic_path(topic)?;
     principal.require(Access::Admin, &name)?;
     let broker = Arc::clone(&state.broker);
+    if broker.cluster().is_some() {
+        broker
+            .delete_topic_in_cluster(&name)
+            .await
+            .map_err(change_error)?;
+        return Ok(StatusCode::NO_CONTENT);
+    }
     tokio::task::spawn_blocking(move || broker.delete_topic(&name))
         .await
         .map_err(|e| ApiError::internal(format!("deleting the topic failed: {e}")))?
@@ -234,6 +254,22 @@ fn describe_topic(broker: &Broker, topic: &Topic) -> TopicDescription {
         id: topic.id.to_string(),
         partitions,
         configs,
+    }
+}
+
+/// The HTTP answer for a topic change refused in cluster mode.
+fn change_error(e: ChangeError) -> ApiError {
+    match e {
+        ChangeError::Topic(e) => topic_error(e),
+        ChangeError::Cluster(e) => match &e {
+            ClusterError::TopicExists(_) => ApiError::conflict(e.to_string()),
+            ClusterError::UnknownTopic(_) => ApiError::not_found(e.to_string()),
+            ClusterError::InvalidPartitions(_) => ApiError::bad_request(e.to_string()),
+            ClusterError::Unavailable(_) => {
+                tracing::warn!(error = %e, "topic admin over HTTP");
+                ApiError::unavailable(format!("{e} (retry)"))
+            }
+        },
     }
 }
 

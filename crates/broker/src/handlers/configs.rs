@@ -1,5 +1,11 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and a read-only view of
 //! the broker's own settings).
+//!
+//! An alter is checked the same way in every mode. Single broker: the topic's file and
+//! partitions change, answered once durable. Cluster mode: the new overrides go to the
+//! metadata store (all of the request's at once), the catalog is reloaded and applied (which
+//! reconfigures the partitions here), then the answer; DescribeConfigs on any broker shows
+//! them once its copy of the catalog has them.
 
 use sluice_protocol::kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
@@ -11,7 +17,12 @@ use sluice_protocol::kafka_protocol::messages::{
 };
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
-use super::{AdminError, Answer, after_sync, str_bytes};
+use std::sync::Arc;
+
+use futures::FutureExt;
+
+use super::{AdminError, Answer, Outcomes, after_sync, str_bytes};
+use crate::catalog::{self, ChangeError};
 use crate::{Broker, TopicConfig, errors};
 
 /// Config resource types.
@@ -130,6 +141,7 @@ pub fn describe(
 
 /// Applies `changes` to a topic's configs: `(name, Some(value))` sets, `(name, None)` removes.
 /// With `replace`, configs not mentioned go back to their defaults (legacy AlterConfigs).
+/// Cluster mode: checks only, and returns the topic's new overrides for the store.
 fn alter_topic(
     broker: &Broker,
     resource_type: i8,
@@ -137,7 +149,7 @@ fn alter_topic(
     changes: Vec<(String, Option<String>)>,
     replace: bool,
     validate_only: bool,
-) -> Result<(), AdminError> {
+) -> Result<Option<TopicConfig>, AdminError> {
     if resource_type != RESOURCE_TOPIC {
         return Err(AdminError::AlterNonTopic);
     }
@@ -154,14 +166,102 @@ fn alter_topic(
         configs.set(key, value.as_deref())?;
     }
     if validate_only {
-        return Ok(());
+        return Ok(None);
     }
-    Ok(broker
+    if broker.cluster().is_some() {
+        return Ok(Some(configs));
+    }
+    broker
         .topics()
-        .set_config(&topic, configs, broker.config())?)
+        .set_config(&topic, configs, broker.config())?;
+    Ok(None)
 }
 
-pub fn incremental_alter(broker: &Broker, req: IncrementalAlterConfigsRequest) -> Answer {
+/// Answers an alter: at once after the local changes (once durable), or in cluster mode once
+/// every topic's new overrides (`planned`, by result) are in the store and applied here.
+fn answer<R>(
+    broker: &Arc<Broker>,
+    mut response: R,
+    planned: Vec<Option<(String, TopicConfig)>>,
+    kind: fn(R) -> ResponseKind,
+) -> Answer
+where
+    R: Outcomes + Send + 'static,
+{
+    let (Some(meta), Some(sync)) = (broker.cluster(), broker.catalog_sync()) else {
+        return after_sync(broker, response, kind);
+    };
+    if planned.iter().all(Option::is_none) {
+        return futures::future::ready(Some(kind(response))).boxed();
+    }
+    let calls = planned.iter().map(|p| {
+        let (name, configs) = p.as_ref()?;
+        Some(meta.set_configs(name.clone(), configs.to_catalog()))
+    });
+    let calls = futures::future::join_all(calls.map(futures::future::OptionFuture::from));
+    let sync = Arc::clone(sync);
+    async move {
+        let outcomes = calls.await;
+        let mut applied = match outcomes.iter().any(|o| matches!(o, Some(Ok(())))) {
+            true => catalog::refreshed(sync.refresh().await),
+            false => Ok(Default::default()),
+        };
+        let results = response.outcomes().into_iter().zip(planned).zip(outcomes);
+        for (((code, message), planned), outcome) in results {
+            let (Some((name, _)), Some(outcome)) = (planned, outcome) else {
+                continue;
+            };
+            let done = outcome.map_err(ChangeError::from).and_then(|()| {
+                let applied = applied.as_mut().map_err(|e| e.clone())?;
+                match applied.failed.iter().position(|(n, _)| *n == name) {
+                    Some(i) => Err(applied.failed.swap_remove(i).1.into()),
+                    None => Ok(()),
+                }
+            });
+            if let Err(e) = done {
+                tracing::info!(topic = %name, error = %e, "alter configs refused");
+                (*code, *message) = (e.code(), Some(str_bytes(e.to_string())));
+            }
+        }
+        Some(kind(response))
+    }
+    .boxed()
+}
+
+/// Cluster mode: reloads the catalog before `alter` plans, so the overrides it starts from
+/// (IncrementalAlterConfigs keeps those it does not name) are the store's, not an older copy.
+/// The store replaces a topic's overrides as a whole: two alters of one topic through two
+/// brokers at the same moment can still lose one (the last wins), as with any
+/// read-modify-write without a version check.
+fn fresh<Req: Send + 'static>(
+    broker: &Arc<Broker>,
+    req: Req,
+    alter: fn(&Arc<Broker>, Req) -> Answer,
+) -> Answer {
+    let Some(sync) = broker.catalog_sync() else {
+        return alter(broker, req);
+    };
+    let (broker, sync) = (Arc::clone(broker), Arc::clone(sync));
+    async move {
+        if let Err(e) = sync.refresh().await {
+            // The change itself then reaches the store, which answers for itself.
+            tracing::warn!(error = %e, "reloading the cluster catalog before an alter");
+        }
+        alter(&broker, req).await
+    }
+    .boxed()
+}
+
+pub fn incremental_alter(broker: &Arc<Broker>, req: IncrementalAlterConfigsRequest) -> Answer {
+    fresh(broker, req, incremental_alter_now)
+}
+
+pub fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> Answer {
+    fresh(broker, req, alter_now)
+}
+
+fn incremental_alter_now(broker: &Arc<Broker>, req: IncrementalAlterConfigsRequest) -> Answer {
+    let mut planned = Vec::with_capacity(req.resources.len());
     let responses = req
         .resources
         .into_iter()
@@ -192,8 +292,9 @@ pub fn incremental_alter(broker: &Broker, req: IncrementalAlterConfigsRequest) -
                 incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                     .with_resource_type(r.resource_type)
                     .with_resource_name(r.resource_name);
+            planned.push(plan(&response.resource_name, &outcome));
             match outcome {
-                Ok(()) => response,
+                Ok(_) => response,
                 Err(e) => response
                     .with_error_code(errors::admin_error_code(&e))
                     .with_error_message(Some(str_bytes(e.to_string()))),
@@ -201,10 +302,25 @@ pub fn incremental_alter(broker: &Broker, req: IncrementalAlterConfigsRequest) -
         })
         .collect();
     let response = IncrementalAlterConfigsResponse::default().with_responses(responses);
-    after_sync(broker, response, ResponseKind::IncrementalAlterConfigs)
+    answer(
+        broker,
+        response,
+        planned,
+        ResponseKind::IncrementalAlterConfigs,
+    )
 }
 
-pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> Answer {
+/// The change for the store, if any, of one resource's outcome.
+fn plan(
+    name: &StrBytes,
+    outcome: &Result<Option<TopicConfig>, AdminError>,
+) -> Option<(String, TopicConfig)> {
+    let configs = outcome.as_ref().ok()?.as_ref()?;
+    Some((name.to_string(), configs.clone()))
+}
+
+fn alter_now(broker: &Arc<Broker>, req: AlterConfigsRequest) -> Answer {
+    let mut planned = Vec::with_capacity(req.resources.len());
     let responses = req
         .resources
         .into_iter()
@@ -225,8 +341,9 @@ pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> Answer {
             let response = alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name);
+            planned.push(plan(&response.resource_name, &outcome));
             match outcome {
-                Ok(()) => response,
+                Ok(_) => response,
                 Err(e) => response
                     .with_error_code(errors::admin_error_code(&e))
                     .with_error_message(Some(str_bytes(e.to_string()))),
@@ -234,5 +351,5 @@ pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> Answer {
         })
         .collect();
     let response = AlterConfigsResponse::default().with_responses(responses);
-    after_sync(broker, response, ResponseKind::AlterConfigs)
+    answer(broker, response, planned, ResponseKind::AlterConfigs)
 }

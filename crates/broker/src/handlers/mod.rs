@@ -18,6 +18,7 @@ use futures::{FutureExt, future::BoxFuture};
 use sluice_protocol::kafka_protocol::messages::{ResponseKind, TopicName};
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
+use crate::cluster::ClusterError;
 use crate::config::ConfigError;
 use crate::topics::TopicError;
 use crate::{Broker, errors};
@@ -48,6 +49,20 @@ pub enum AdminError {
     Topic(#[from] TopicError),
     #[error("the change is made on this broker but could not be made durable in storage: {0}")]
     NotDurable(#[source] crate::storage::StorageError),
+}
+
+/// The Kafka error code for a refusal of the cluster's metadata store (cluster mode). Beside
+/// [`AdminError`], whose codes `errors.rs` maps, because every admin handler answers these too.
+pub(crate) fn cluster_error_code(e: &ClusterError) -> i16 {
+    use sluice_protocol::kafka_protocol::ResponseError;
+    match e {
+        ClusterError::TopicExists(_) => ResponseError::TopicAlreadyExists.code(),
+        ClusterError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition.code(),
+        ClusterError::InvalidPartitions(_) => ResponseError::InvalidPartitions.code(),
+        // The store did not answer in time or failed: retriable, and the message names the
+        // store. (KAFKA_STORAGE_ERROR would send an operator looking at this broker's disk.)
+        ClusterError::Unavailable(_) => ResponseError::RequestTimedOut.code(),
+    }
 }
 
 /// A metadata-changing response: the error code and message of each of its results.
