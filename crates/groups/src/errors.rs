@@ -67,6 +67,26 @@ pub enum GroupError {
     )]
     GroupDead { group_id: String },
 
+    // Cluster mode: which broker coordinates the group.
+    /// Another broker holds the group's coordinator lease (`coordinator`, when known), or
+    /// this broker lost it while the request ran: the client asks FindCoordinator again.
+    #[error("{}", not_coordinator(.group_id, *.coordinator))]
+    NotCoordinator {
+        group_id: String,
+        coordinator: Option<i32>,
+    },
+    /// The shared group store did not answer while this broker tried to take the group over:
+    /// retriable.
+    #[error("cannot take over group {group_id} now: {source}; retry")]
+    CoordinatorNotAvailable {
+        group_id: String,
+        #[source]
+        source: SharedStoreError,
+    },
+    /// The shared group store cannot hold this group id.
+    #[error("{0}")]
+    UnstorableGroupId(String),
+
     // Limits.
     /// `group.max.size` / `group.consumer.max.size`: the group has all the members it may have.
     #[error("The consumer group has reached its maximum capacity of {members_max} members.")]
@@ -139,6 +159,17 @@ pub enum GroupError {
     StateNotStored(#[source] SharedStoreError),
 }
 
+fn not_coordinator(group_id: &str, coordinator: Option<i32>) -> String {
+    match coordinator {
+        Some(id) => format!(
+            "broker {id} coordinates group {group_id}, not this one: find the coordinator again"
+        ),
+        None => format!(
+            "this broker no longer coordinates group {group_id}: find the coordinator again"
+        ),
+    }
+}
+
 fn not_found(expected: Option<GroupType>) -> String {
     match expected {
         None => "not found".to_owned(),
@@ -157,7 +188,9 @@ impl GroupError {
     /// The Kafka error code the client gets for this error: the one map.
     pub fn code(&self) -> i16 {
         let error = match self {
-            GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
+            GroupError::InvalidGroupId | GroupError::UnstorableGroupId(_) => {
+                ResponseError::InvalidGroupId
+            }
             GroupError::InvalidRequest(_) => ResponseError::InvalidRequest,
             GroupError::UnknownTopicOrPartition { .. } => ResponseError::UnknownTopicOrPartition,
             GroupError::OffsetMetadataTooLarge { .. } => ResponseError::OffsetMetadataTooLarge,
@@ -172,9 +205,15 @@ impl GroupError {
             GroupError::NonEmptyGroup { .. } => ResponseError::NonEmptyGroup,
             GroupError::GroupSubscribedToTopic { .. } => ResponseError::GroupSubscribedToTopic,
             // Retriable: the client looks the coordinator up again.
-            GroupError::GroupDead { .. } | GroupError::StateNotStored(_) => {
-                ResponseError::CoordinatorNotAvailable
+            GroupError::NotCoordinator { .. } => ResponseError::NotCoordinator,
+            GroupError::StateNotStored(e)
+                if matches!(e.store_error(), StoreError::NotCoordinator { .. }) =>
+            {
+                ResponseError::NotCoordinator
             }
+            GroupError::GroupDead { .. }
+            | GroupError::StateNotStored(_)
+            | GroupError::CoordinatorNotAvailable { .. } => ResponseError::CoordinatorNotAvailable,
             GroupError::GroupMaxSizeReached { .. } | GroupError::GroupsMaxReached { .. } => {
                 ResponseError::GroupMaxSizeReached
             }
@@ -213,13 +252,17 @@ pub fn error_code(error: Option<&GroupError>) -> i16 {
 /// What Kafka's group coordinator answers when its own log append fails with a storage error:
 /// NOT_COORDINATOR. Clients treat it as retriable: they look the coordinator up again and
 /// resend, which succeeds once space is freed (a full disk, [`StoreError::NoSpace`]) or once
-/// the broker has restarted (a failed store, [`StoreError::Failed`]).
+/// the broker has restarted (a failed store, [`StoreError::Failed`]). In cluster mode a
+/// write refused because another broker took the group over is NOT_COORDINATOR too, and one
+/// the shared store did not answer is COORDINATOR_NOT_AVAILABLE (also retried by clients).
 fn store_error_code(e: &StoreError) -> i16 {
     match e {
         StoreError::NoSpace(_)
         | StoreError::Failed(_)
         | StoreError::NotDurable(_)
+        | StoreError::NotCoordinator { .. }
         | StoreError::Io { .. } => ResponseError::NotCoordinator.code(),
+        StoreError::Unavailable(_) => ResponseError::CoordinatorNotAvailable.code(),
     }
 }
 
@@ -343,6 +386,44 @@ mod tests {
                 GroupError::GroupDead {
                     group_id: group_id(),
                 },
+                ResponseError::CoordinatorNotAvailable,
+            ),
+            (
+                GroupError::NotCoordinator {
+                    group_id: group_id(),
+                    coordinator: Some(3),
+                },
+                ResponseError::NotCoordinator,
+            ),
+            (
+                GroupError::NotCoordinator {
+                    group_id: group_id(),
+                    coordinator: None,
+                },
+                ResponseError::NotCoordinator,
+            ),
+            (
+                GroupError::CoordinatorNotAvailable {
+                    group_id: group_id(),
+                    source: StoreError::Unavailable("connection refused".into()).into(),
+                },
+                ResponseError::CoordinatorNotAvailable,
+            ),
+            (
+                GroupError::UnstorableGroupId("NUL".into()),
+                ResponseError::InvalidGroupId,
+            ),
+            (
+                GroupError::StateNotStored(
+                    StoreError::NotCoordinator {
+                        group_id: group_id(),
+                    }
+                    .into(),
+                ),
+                ResponseError::NotCoordinator,
+            ),
+            (
+                GroupError::Store(StoreError::Unavailable("timeout".into()).into()),
                 ResponseError::CoordinatorNotAvailable,
             ),
             (

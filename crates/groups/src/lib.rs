@@ -1,12 +1,15 @@
 //! # Consumer groups: the group coordinator
 //!
-//! Sluice is the coordinator of every group (one broker). This crate joins the pure group
-//! state machines to storage and time; the broker turns Kafka requests into its calls:
+//! One broker is the coordinator of every group; in cluster mode each group has one
+//! coordinator among many brokers (see [`ownership`]). This crate joins the pure group state
+//! machines to storage and time; the broker turns Kafka requests into its calls:
 //!
 //! - [`classic`]: the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup);
 //! - [`consumer`] + [`assignor`]: the KIP-848 protocol (ConsumerGroupHeartbeat) with
 //!   server-side assignment;
-//! - [`store`]: the durable file of committed offsets and group snapshots;
+//! - [`store`]: the durable file of committed offsets and group snapshots (one broker);
+//! - [`ownership`]: [`GroupOwnership`], a store many brokers share with one owner per group
+//!   (cluster mode);
 //! - [`errors`]: [`GroupError`], why a request was refused, and the one map from it to Kafka
 //!   error codes ([`GroupError::code`]): the state machines and the coordinator answer with
 //!   `GroupError`s, never with raw codes.
@@ -15,19 +18,34 @@
 //! across an await), the requests parked until a rebalance answers them, and a timer task
 //! that calls the state machines' `tick` when a deadline passes.
 //!
-//! Durability: a committed offset is acknowledged only after the store's fdatasync covers it;
-//! a group whose durable state changed (its generation and assignment after a rebalance, its
+//! Durability: a committed offset is acknowledged only after the store's fdatasync covers it
+//! (in cluster mode: after the shared store committed it, fenced by the group's lease); a
+//! group whose durable state changed (its generation and assignment after a rebalance, its
 //! KIP-848 epochs and assignments) is stored before the answers that reveal the change go out.
 //! Changes are applied in memory in request order, before their fsync: a reader can see a
 //! commit a crash then loses, which can only make a consumer re-read records, never skip them.
+//!
+//! ## Cluster mode
+//!
+//! [`Coordinator::with_ownership`] runs the coordinator over a [`GroupOwnership`]. It keeps
+//! in memory only the groups it holds the lease of. A request for any other group first
+//! takes it ([`GroupOwnership::take`]); what was loaded is installed by the same code path
+//! recovery uses at open (`restored_group`): a classic group's members rejoin, a KIP-848
+//! group resumes from its stored epochs. Held elsewhere: [`GroupError::NotCoordinator`];
+//! store unavailable: [`GroupError::CoordinatorNotAvailable`]. A group lost to another
+//! broker ([`GroupOwnership::lost`], checked at every request and timer tick, and at once
+//! after a refused write) is dropped from memory, its parked requests answered
+//! NOT_COORDINATOR, so its members find the new coordinator and rejoin there.
 
 pub mod assignor;
 pub mod classic;
 pub mod consumer;
 pub mod errors;
+pub mod ownership;
 pub mod store;
+mod takeover;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -43,7 +61,9 @@ use assignor::{AssignorKind, TopicInfo};
 use classic::{ClassicConfig, ClassicGroup};
 use consumer::{ConsumerConfig, ConsumerGroup};
 pub use errors::{GroupError, SharedStoreError};
+pub use ownership::{GroupOwnership, OwnerEpoch, Take, TakenGroup, Written};
 pub use store::{CommittedOffset, GroupRecord, GroupStore, StoreError};
+use takeover::Backend;
 
 /// Kafka's `offset.metadata.max.bytes`: the longest metadata string a commit may carry.
 pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
@@ -56,6 +76,12 @@ const METADATA_TICK_MS: i64 = 1_000;
 /// Slack beyond a parked request's own timeout after which it is answered regardless: a
 /// guard against a member that left the state machine without an answer for its request.
 const PARKED_SLACK_MS: i64 = 30_000;
+/// Cluster mode: how long a lease taken for a group with no state (an OffsetFetch or
+/// DescribeGroups of a group nobody uses, a group deleted since) is kept before the timer
+/// releases it. Long enough that the request which took it has made the group (a JoinGroup
+/// or a commit right after its FindCoordinator), short enough that probes of many unused
+/// group ids do not pile up leases to renew.
+const UNUSED_LEASE_KEEP_MS: i64 = 60_000;
 
 /// Group settings (Kafka's `group.*` broker configs).
 #[derive(Debug, Clone)]
@@ -160,15 +186,36 @@ struct Group {
     offsets: BTreeMap<(String, i32), CommittedOffset>,
     joins: HashMap<String, oneshot::Sender<classic::JoinResult>>,
     syncs: HashMap<String, oneshot::Sender<classic::SyncResult>>,
+    /// The lease this broker holds the group at; every write names it (always
+    /// `OwnerEpoch(0)` with the file store).
+    epoch: OwnerEpoch,
 }
 
 impl Group {
-    fn new(kind: Kind) -> Group {
+    fn new(kind: Kind, epoch: OwnerEpoch) -> Group {
         Group {
             kind,
             offsets: BTreeMap::new(),
             joins: HashMap::new(),
             syncs: HashMap::new(),
+            epoch,
+        }
+    }
+
+    /// Answers every parked JoinGroup and SyncGroup with `error` (the group is going away).
+    fn refuse_parked(&mut self, error: &GroupError) {
+        for (member_id, tx) in self.joins.drain() {
+            let _ = tx.send(classic::JoinResult {
+                error: Some(error.clone()),
+                member_id,
+                ..Default::default()
+            });
+        }
+        for (_, tx) in self.syncs.drain() {
+            let _ = tx.send(classic::SyncResult {
+                error: Some(error.clone()),
+                ..Default::default()
+            });
         }
     }
 
@@ -224,7 +271,26 @@ struct Inner {
     groups: HashMap<String, Group>,
     /// When KIP-848 groups were last ticked for metadata changes.
     metadata_ticked_ms: i64,
+    /// Cluster mode: the groups whose lease this broker holds, with or without state in
+    /// `groups` (every group in `groups` is here, at the same epoch). Empty with the file
+    /// store. At most `groups_max` entries.
+    owned: HashMap<String, Held>,
+    /// Cluster mode: takes in flight, shared by every request that waits for the same group.
+    /// At most one per group, each for a request in flight.
+    taking: HashMap<String, Taking>,
 }
+
+/// A group lease this broker holds.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    epoch: OwnerEpoch,
+    /// When it was taken (the clock's milliseconds): a lease kept without state is released
+    /// [`UNUSED_LEASE_KEEP_MS`] after.
+    taken_ms: i64,
+}
+
+/// A take in flight ([`GroupOwnership::take`]), awaited by every request for its group.
+type Taking = Shared<BoxFuture<'static, Take>>;
 
 /// The outcome of a durable write shared by several waiters.
 type Durable = Shared<BoxFuture<'static, Result<(), SharedStoreError>>>;
@@ -288,7 +354,7 @@ struct Undo {
 #[derive(Debug)]
 pub struct Coordinator {
     config: GroupConfig,
-    store: GroupStore,
+    store: Backend,
     inner: Mutex<Inner>,
     clock: Arc<dyn Clock>,
     timer_started: AtomicBool,
@@ -306,24 +372,22 @@ impl Coordinator {
         clock: Arc<dyn Clock>,
         journal: sluice_storage::Journal,
     ) -> Result<Coordinator, StoreError> {
-        let (store, recovered) = GroupStore::open_with_committer(data_dir, committer, journal)?;
+        let (store, mut recovered) = GroupStore::open_with_committer(data_dir, committer, journal)?;
         let now = clock.now_ms();
         let mut groups = HashMap::new();
-        for (id, value) in recovered.groups {
-            match restore(&id, &config, value, now) {
-                Ok(kind) => {
-                    groups.insert(id, Group::new(kind));
-                }
-                Err(e) => {
-                    tracing::error!(group = %id, error = %e, "group snapshot unreadable; the group starts empty (its committed offsets are kept)");
-                }
+        let ids: BTreeSet<String> = recovered
+            .groups
+            .keys()
+            .chain(recovered.offsets.keys())
+            .cloned()
+            .collect();
+        for id in ids {
+            let snapshot = recovered.groups.remove(&id);
+            let offsets = recovered.offsets.remove(&id).unwrap_or_default();
+            let epoch = OwnerEpoch::default();
+            if let Some(group) = restored_group(&id, &config, snapshot, offsets, epoch, now) {
+                groups.insert(id, group);
             }
-        }
-        for (id, offsets) in recovered.offsets {
-            let group = groups.entry(id.clone()).or_insert_with(|| {
-                Group::new(Kind::Classic(ClassicGroup::new(id, config.classic.clone())))
-            });
-            group.offsets = offsets;
         }
         if !groups.is_empty() {
             tracing::info!(
@@ -334,14 +398,42 @@ impl Coordinator {
         }
         Ok(Coordinator {
             config,
-            store,
+            store: Backend::File(store),
             inner: Mutex::new(Inner {
                 groups,
                 metadata_ticked_ms: now,
+                ..Inner::default()
             }),
             clock,
             timer_started: AtomicBool::new(false),
         })
+    }
+
+    /// A coordinator for cluster mode, over `ownership`: it starts with no groups and takes
+    /// each group it is asked about (see the module doc). Closing it drops every group; call
+    /// [`Coordinator::release_all`] (awaited) on a clean shutdown so other brokers take the
+    /// groups over at once.
+    pub fn with_ownership(
+        config: GroupConfig,
+        clock: Arc<dyn Clock>,
+        ownership: Arc<dyn GroupOwnership>,
+    ) -> Coordinator {
+        let now = clock.now_ms();
+        Coordinator {
+            config,
+            store: Backend::Shared(ownership),
+            inner: Mutex::new(Inner {
+                metadata_ticked_ms: now,
+                ..Inner::default()
+            }),
+            clock,
+            timer_started: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether groups are coordinated over a shared store (cluster mode).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.store, Backend::Shared(_))
     }
 
     pub fn config(&self) -> &GroupConfig {
@@ -391,6 +483,8 @@ impl Coordinator {
         let mut deliveries = Vec::new();
         {
             let mut inner = self.lock();
+            self.drop_lost(&mut inner);
+            self.release_unused(&mut inner, Some(UNUSED_LEASE_KEEP_MS));
             let metadata_due = now - inner.metadata_ticked_ms >= METADATA_TICK_MS;
             if metadata_due {
                 inner.metadata_ticked_ms = now;
@@ -446,10 +540,11 @@ impl Coordinator {
 
     /// Writes the group's snapshot; the returned future resolves once it is durable.
     fn persist(&self, group_id: &str, group: &Group) -> Durable {
-        let pending = self.store.write(vec![GroupRecord::Group {
+        let record = GroupRecord::Group {
             group: group_id.to_owned(),
             snapshot: Some(group.snapshot()),
-        }]);
+        };
+        let pending = self.store.write_group(group_id, group.epoch, vec![record]);
         pending
             .map(|r| r.map_err(SharedStoreError::from))
             .boxed()
@@ -494,8 +589,10 @@ impl Coordinator {
         group_id: &str,
         want: GroupType,
     ) -> Result<&'a mut Group, GroupError> {
+        self.check_owned(inner, group_id)?;
         let groups_max = self.config.groups_max;
         let count = inner.groups.len();
+        let epoch = self.lease_of(inner, group_id).unwrap_or_default();
         let new_kind = || match want {
             GroupType::Classic => Kind::Classic(ClassicGroup::new(
                 group_id.to_owned(),
@@ -525,7 +622,7 @@ impl Coordinator {
                     tracing::warn!(group = %group_id, groups_max, "refusing a new group: the broker's group limit is reached");
                     return Err(GroupError::GroupsMaxReached { groups_max });
                 }
-                Ok(e.insert(Group::new(new_kind())))
+                Ok(e.insert(Group::new(new_kind(), epoch)))
             }
         }
     }
@@ -539,6 +636,9 @@ impl Coordinator {
             member_id: member_for_error.clone(),
             ..Default::default()
         };
+        if let Err(e) = self.own_group(group_id).await {
+            return error(e);
+        }
         let (reply, deliveries) = {
             let mut inner = self.lock();
             let group = match self.group_for(&mut inner, group_id, GroupType::Classic) {
@@ -562,8 +662,14 @@ impl Coordinator {
             error: Some(e),
             ..Default::default()
         };
+        if let Err(e) = self.own_group(group_id).await {
+            return error(e);
+        }
         let (reply, deliveries, wait_ms) = {
             let mut inner = self.lock();
+            if let Err(e) = self.check_owned(&mut inner, group_id) {
+                return error(e);
+            }
             let Some(group) = inner.groups.get_mut(group_id) else {
                 return error(GroupError::unknown_member(group_id, &req.member_id));
             };
@@ -591,8 +697,10 @@ impl Coordinator {
         group_instance_id: Option<&str>,
         generation_id: i32,
     ) -> Result<(), GroupError> {
+        self.own_group(group_id).await?;
         let (outcome, deliveries) = {
             let mut inner = self.lock();
+            self.check_owned(&mut inner, group_id)?;
             let Some(group) = inner.groups.get_mut(group_id) else {
                 return Err(GroupError::unknown_member(group_id, member_id));
             };
@@ -620,8 +728,14 @@ impl Coordinator {
         group_id: &str,
         members: &[classic::LeavingMember],
     ) -> (Result<(), GroupError>, Vec<Result<(), GroupError>>) {
+        if let Err(e) = self.own_group(group_id).await {
+            return (Err(e), Vec::new());
+        }
         let (outcomes, deliveries) = {
             let mut inner = self.lock();
+            if let Err(e) = self.check_owned(&mut inner, group_id) {
+                return (Err(e), Vec::new());
+            }
             let Some(group) = inner.groups.get_mut(group_id) else {
                 let member_id = members.first().map_or("", |m| m.member_id.as_str());
                 return (
@@ -658,6 +772,9 @@ impl Coordinator {
             heartbeat_interval_ms: self.config.consumer.heartbeat_interval_ms,
             ..Default::default()
         };
+        if let Err(e) = self.own_group(group_id).await {
+            return error(e);
+        }
         let (result, durable) = {
             let mut inner = self.lock();
             let group = match self.group_for(&mut inner, group_id, GroupType::Consumer) {
@@ -689,7 +806,8 @@ impl Coordinator {
         group_id: &str,
         topics: &BTreeMap<Uuid, TopicInfo>,
     ) -> Result<consumer::GroupDescription, GroupError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        self.check_owned(&mut inner, group_id)?;
         match inner.groups.get(group_id).map(|g| &g.kind) {
             Some(Kind::Consumer(g)) => Ok(g.describe(topics)),
             Some(Kind::Classic(_)) => Err(GroupError::GroupIdNotFound {
@@ -708,7 +826,8 @@ impl Coordinator {
         &self,
         group_id: &str,
     ) -> Result<Option<classic::GroupDescription>, GroupError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        self.check_owned(&mut inner, group_id)?;
         match inner.groups.get(group_id).map(|g| &g.kind) {
             Some(Kind::Classic(g)) => Ok(Some(g.describe())),
             Some(Kind::Consumer(_)) => Err(GroupError::GroupIdNotFound {
@@ -719,9 +838,11 @@ impl Coordinator {
         }
     }
 
-    /// ListGroups.
+    /// ListGroups: every group this broker coordinates (in cluster mode, as in Kafka, each
+    /// broker lists its own; admin clients ask every broker).
     pub fn list(&self) -> Vec<ListedGroup> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        self.drop_lost(&mut inner);
         let mut groups: Vec<ListedGroup> = inner
             .groups
             .iter()
@@ -743,20 +864,30 @@ impl Coordinator {
     pub async fn delete_groups(&self, group_ids: &[String]) -> Vec<Result<(), GroupError>> {
         let mut outcomes = Vec::with_capacity(group_ids.len());
         let mut records = Vec::new();
+        let mut leases = Vec::new();
         let mut removed = Vec::new();
-        {
+        let mut owned = Vec::with_capacity(group_ids.len());
+        for id in group_ids {
+            owned.push(self.own_group(id).await);
+        }
+        let pending = {
             let mut inner = self.lock();
-            for id in group_ids {
-                let outcome = match inner.groups.get(id) {
-                    None => Err(GroupError::GroupIdNotFound {
+            for (id, owned) in group_ids.iter().zip(owned) {
+                let outcome = match owned
+                    .and_then(|()| self.check_owned(&mut inner, id))
+                    .map(|()| inner.groups.get(id))
+                {
+                    Err(e) => Err(e),
+                    Ok(None) => Err(GroupError::GroupIdNotFound {
                         group_id: id.clone(),
                         expected: None,
                     }),
-                    Some(g) if !g.is_empty() => Err(GroupError::NonEmptyGroup {
+                    Ok(Some(g)) if !g.is_empty() => Err(GroupError::NonEmptyGroup {
                         group_id: id.clone(),
                     }),
-                    Some(_) => {
+                    Ok(Some(_)) => {
                         if let Some(group) = inner.groups.remove(id) {
+                            leases.push((id.clone(), group.epoch));
                             removed.push((id.clone(), group));
                         }
                         records.push(GroupRecord::Group {
@@ -768,20 +899,40 @@ impl Coordinator {
                 };
                 outcomes.push(outcome);
             }
-        }
-        if !records.is_empty()
-            && let Err(e) = self.store.write(records).await
-        {
-            // Not deleted after all: put the groups back (unless a client made a new group of
-            // the same name meanwhile), so they are still listed and their offsets served.
-            let mut inner = self.lock();
-            for (id, group) in removed {
-                inner.groups.entry(id).or_insert(group);
+            if records.is_empty() {
+                return outcomes;
             }
-            let failed = GroupError::from(e);
-            for outcome in &mut outcomes {
-                if outcome.is_ok() {
-                    *outcome = Err(failed.clone());
+            // Queued under the lock, so the store applies changes in the order memory did.
+            self.store.write(leases, records)
+        };
+        match pending.await {
+            Ok(written) if written.not_coordinator.is_empty() => {}
+            Ok(written) => {
+                // Taken over by another broker: not deleted here, and no longer ours.
+                self.drop_lost_now();
+                for (id, outcome) in group_ids.iter().zip(&mut outcomes) {
+                    if outcome.is_ok() && written.not_coordinator.contains(id) {
+                        *outcome = Err(GroupError::from(StoreError::NotCoordinator {
+                            group_id: id.clone(),
+                        }));
+                    }
+                }
+            }
+            Err(e) => {
+                // Not deleted after all: put the groups back (unless a client made a new
+                // group of the same name meanwhile, or another broker took the group over),
+                // so they are still listed and their offsets served.
+                let mut inner = self.lock();
+                for (id, group) in removed {
+                    if self.lease_of(&inner, &id) == Some(group.epoch) {
+                        inner.groups.entry(id).or_insert(group);
+                    }
+                }
+                let failed = GroupError::from(e);
+                for outcome in &mut outcomes {
+                    if outcome.is_ok() {
+                        *outcome = Err(failed.clone());
+                    }
                 }
             }
         }
@@ -798,8 +949,10 @@ impl Coordinator {
         generation_or_epoch: i32,
         offsets: Vec<(String, i32, CommittedOffset)>,
     ) -> Result<(), GroupError> {
+        self.own_group(group_id).await?;
         let (pending, undo) = {
             let mut inner = self.lock();
+            self.check_owned(&mut inner, group_id)?;
             let simple = member_id.is_empty() && generation_or_epoch < 0;
             let group = if simple {
                 // A commit from outside any group protocol (an admin tool, a consumer using
@@ -846,7 +999,8 @@ impl Coordinator {
                     previous,
                 });
             }
-            (self.store.write(records), undo)
+            let pending = self.store.write_group(group_id, group.epoch, records);
+            (pending, (group.epoch, undo))
         };
         pending.await.map_err(|e| {
             self.undo_offsets(group_id, undo);
@@ -857,11 +1011,17 @@ impl Coordinator {
     /// Takes back offset changes whose write failed (a full disk, say), so OffsetFetch never
     /// shows an offset whose commit was refused. A change a later request has replaced since
     /// is left alone: the later one is what the store and the client know.
-    fn undo_offsets(&self, group_id: &str, undo: Vec<Undo>) {
+    /// In cluster mode a refusal because another broker took the group over drops it.
+    fn undo_offsets(&self, group_id: &str, (epoch, undo): (OwnerEpoch, Vec<Undo>)) {
         let mut inner = self.lock();
+        self.drop_lost(&mut inner);
         let Some(group) = inner.groups.get_mut(group_id) else {
             return;
         };
+        if group.epoch != epoch {
+            // Taken over and loaded again since: the store's state is in memory now.
+            return;
+        }
         for Undo { key, set, previous } in undo {
             if group.offsets.get(&key) != set.as_ref() {
                 continue;
@@ -882,7 +1042,8 @@ impl Coordinator {
         member: Option<(&str, i32)>,
         partitions: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<TopicOffsets, GroupError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        self.check_owned(&mut inner, group_id)?;
         let group = inner.groups.get(group_id);
         if let (
             Some(Group {
@@ -929,10 +1090,12 @@ impl Coordinator {
         group_id: &str,
         partitions: Vec<(String, Vec<i32>)>,
     ) -> Result<PartitionOutcomes, GroupError> {
+        self.own_group(group_id).await?;
         let mut records = Vec::new();
         let mut undo = Vec::new();
-        let results = {
+        let (results, pending) = {
             let mut inner = self.lock();
+            self.check_owned(&mut inner, group_id)?;
             let group =
                 inner
                     .groups
@@ -946,7 +1109,7 @@ impl Coordinator {
             } else {
                 group.subscribed_topics()
             };
-            partitions
+            let results = partitions
                 .into_iter()
                 .map(|(topic, parts)| {
                     let busy = subscribed.contains(&topic);
@@ -979,12 +1142,16 @@ impl Coordinator {
                         .collect();
                     (topic, codes)
                 })
-                .collect()
+                .collect();
+            // Queued under the lock, so the store applies changes in the order memory did.
+            let pending = (!records.is_empty())
+                .then(|| self.store.write_group(group_id, group.epoch, records));
+            (results, pending.map(|p| (p, group.epoch)))
         };
-        if !records.is_empty()
-            && let Err(e) = self.store.write(records).await
+        if let Some((pending, epoch)) = pending
+            && let Err(e) = pending.await
         {
-            self.undo_offsets(group_id, undo);
+            self.undo_offsets(group_id, (epoch, undo));
             return Err(e.into());
         }
         Ok(results)
@@ -993,37 +1160,84 @@ impl Coordinator {
     /// Forgets the committed offsets of a deleted topic (Kafka does the same).
     pub fn topic_deleted(&self, topic: &str) {
         let mut records = Vec::new();
-        {
-            let mut inner = self.lock();
-            for (id, group) in inner.groups.iter_mut() {
-                let gone: Vec<(String, i32)> = group
-                    .offsets
-                    .keys()
-                    .filter(|(t, _)| t == topic)
-                    .cloned()
-                    .collect();
-                for key in gone {
-                    group.offsets.remove(&key);
-                    records.push(GroupRecord::Offset {
-                        group: id.clone(),
-                        topic: key.0,
-                        partition: key.1,
-                        offset: None,
-                    });
-                }
+        let mut leases = Vec::new();
+        let mut inner = self.lock();
+        for (id, group) in inner.groups.iter_mut() {
+            let gone: Vec<(String, i32)> = group
+                .offsets
+                .keys()
+                .filter(|(t, _)| t == topic)
+                .cloned()
+                .collect();
+            if !gone.is_empty() {
+                leases.push((id.clone(), group.epoch));
+            }
+            for key in gone {
+                group.offsets.remove(&key);
+                records.push(GroupRecord::Offset {
+                    group: id.clone(),
+                    topic: key.0,
+                    partition: key.1,
+                    offset: None,
+                });
             }
         }
         if !records.is_empty() {
-            // Not awaited: a crash before the sync only leaves offsets of a topic that no
-            // longer exists, which the next deletion of the same name removes again.
-            drop(self.store.write(records));
+            // Queued under the lock (the store applies changes in the order memory did), not
+            // awaited: a crash before the sync only leaves offsets of a topic that no longer
+            // exists, which the next deletion of the same name removes again. In cluster mode
+            // only the groups this broker coordinates are here; a refused group is dropped
+            // (the owner reports it lost).
+            drop(self.store.write(leases, records));
         }
     }
 
-    /// Stores every group's current state and stops the store.
+    /// Stores every group's current state and stops the store. In cluster mode: drops every
+    /// group from memory (their parked requests are answered NOT_COORDINATOR) and starts
+    /// releasing their leases without waiting; [`Coordinator::release_all`] waits.
     pub fn close(&self) {
-        self.store.close();
+        match &self.store {
+            Backend::File(store) => store.close(),
+            Backend::Shared(_) => {
+                let release = self.release_all();
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(release);
+                }
+            }
+        }
     }
+}
+
+/// A group from its stored state, held at `epoch`: the one path by which recovery at open
+/// and a takeover in cluster mode bring a group back. A classic group comes back with its
+/// generation and members, who rejoin; a KIP-848 group with its epochs and assignments.
+/// An unreadable snapshot is logged and the group starts empty, keeping its committed
+/// offsets. `None` when there is nothing to restore (no snapshot, no offsets), or only an
+/// unreadable snapshot.
+fn restored_group(
+    id: &str,
+    config: &GroupConfig,
+    snapshot: Option<serde_json::Value>,
+    offsets: BTreeMap<(String, i32), CommittedOffset>,
+    epoch: OwnerEpoch,
+    now: i64,
+) -> Option<Group> {
+    let kind = match snapshot.map(|value| restore(id, config, value, now)) {
+        Some(Ok(kind)) => Some(kind),
+        Some(Err(e)) => {
+            tracing::error!(group = %id, error = %e, "group snapshot unreadable; the group starts empty (its committed offsets are kept)");
+            None
+        }
+        None => None,
+    };
+    let kind = match kind {
+        Some(kind) => kind,
+        None if offsets.is_empty() => return None,
+        None => Kind::Classic(ClassicGroup::new(id.to_owned(), config.classic.clone())),
+    };
+    let mut group = Group::new(kind, epoch);
+    group.offsets = offsets;
+    Some(group)
 }
 
 /// Restores a group from its stored envelope (`{"type": ..., "snapshot": ...}`).

@@ -107,7 +107,7 @@ fn described_assignment(a: Assignment, topics: &BTreeMap<Uuid, TopicInfo>) -> de
     )
 }
 
-pub fn describe(
+pub async fn describe(
     broker: &Broker,
     req: ConsumerGroupDescribeRequest,
     version: i16,
@@ -118,14 +118,20 @@ pub fn describe(
     } else {
         OPERATIONS_NOT_ASKED
     };
+    // Cluster mode: each group is described by its coordinator, which takes it first.
+    let mut owned = Vec::with_capacity(req.group_ids.len());
+    for id in &req.group_ids {
+        owned.push(broker.groups().own_group(&id.0).await);
+    }
     let groups = req
         .group_ids
         .into_iter()
-        .map(|id| {
+        .zip(owned)
+        .map(|(id, owned)| {
             let described = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(operations);
-            match broker.groups().describe_consumer(&id.0, &topics) {
+            match owned.and_then(|()| broker.groups().describe_consumer(&id.0, &topics)) {
                 Err(e) => described
                     .with_error_code(e.code())
                     .with_error_message(Some(str_bytes(e.to_string())))

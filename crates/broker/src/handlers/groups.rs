@@ -35,60 +35,119 @@ fn opt(s: &Option<StrBytes>) -> Option<String> {
     s.as_ref().map(|s| s.to_string())
 }
 
-/// FindCoordinator: this broker coordinates every group.
-pub fn find_coordinator(
+/// The node FindCoordinator names for one key, or why it names none.
+type Located = Result<(i32, String, i32), GroupError>;
+
+/// FindCoordinator: with one broker, this broker coordinates every group; in cluster mode
+/// the metadata store names the broker (the holder of the group's coordinator lease, else
+/// the one preferred among the live brokers), and the live-broker list gives its address.
+pub async fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    let cfg = broker.config();
-    let answer = |key: &str| -> (i16, Option<String>) {
-        let refused = match req.key_type {
-            KEY_GROUP if key.is_empty() => "the group id is empty".to_owned(),
-            KEY_GROUP => return (NONE, None),
-            KEY_TRANSACTION => "this broker does not support transactions".to_owned(),
-            other => format!("unknown coordinator key type {other}"),
-        };
-        let refused = GroupError::InvalidRequest(refused);
-        (refused.code(), Some(refused.to_string()))
+    let keys: Vec<StrBytes> = if version >= 4 {
+        req.coordinator_keys.clone()
+    } else {
+        vec![req.key.clone()]
     };
-    let node = |error: i16| {
-        if error == NONE {
-            (
-                BrokerId(cfg.node_id),
-                str_bytes(&cfg.advertised_host),
-                cfg.advertised_port,
-            )
-        } else {
-            (BrokerId(-1), str_bytes(""), -1)
-        }
+    let located = futures::future::join_all(
+        keys.iter()
+            .map(|key| locate(broker, req.key_type, key.as_str())),
+    )
+    .await;
+    let fields = |located: Located| match located {
+        Ok((node_id, host, port)) => (BrokerId(node_id), str_bytes(host), port, NONE, None),
+        Err(e) => (
+            BrokerId(-1),
+            str_bytes(""),
+            -1,
+            e.code(),
+            Some(str_bytes(e.to_string())),
+        ),
     };
     if version >= 4 {
-        let coordinators = req
-            .coordinator_keys
-            .iter()
-            .map(|key| {
-                let (error, message) = answer(key);
-                let (node_id, host, port) = node(error);
+        let coordinators = keys
+            .into_iter()
+            .zip(located)
+            .map(|(key, located)| {
+                let (node_id, host, port, error, message) = fields(located);
                 Coordinator::default()
-                    .with_key(key.clone())
+                    .with_key(key)
                     .with_node_id(node_id)
                     .with_host(host)
                     .with_port(port)
                     .with_error_code(error)
-                    .with_error_message(message.map(str_bytes))
+                    .with_error_message(message)
             })
             .collect();
         FindCoordinatorResponse::default().with_coordinators(coordinators)
     } else {
-        let (error, message) = answer(&req.key);
-        let (node_id, host, port) = node(error);
+        let located = located
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(GroupError::InvalidRequest("no coordinator key".to_owned())));
+        let (node_id, host, port, error, message) = fields(located);
         FindCoordinatorResponse::default()
             .with_error_code(error)
-            .with_error_message(message.map(str_bytes))
+            .with_error_message(message)
             .with_node_id(node_id)
             .with_host(host)
             .with_port(port)
+    }
+}
+
+/// The coordinator of one FindCoordinator key.
+async fn locate(broker: &Broker, key_type: i8, key: &str) -> Located {
+    let refused = match key_type {
+        KEY_GROUP if key.is_empty() => "the group id is empty".to_owned(),
+        KEY_GROUP => return locate_group(broker, key).await,
+        KEY_TRANSACTION => "this broker does not support transactions".to_owned(),
+        other => format!("unknown coordinator key type {other}"),
+    };
+    Err(GroupError::InvalidRequest(refused))
+}
+
+async fn locate_group(broker: &Broker, group_id: &str) -> Located {
+    let cfg = broker.config();
+    let this = || {
+        Ok((
+            cfg.node_id,
+            cfg.advertised_host.clone(),
+            cfg.advertised_port,
+        ))
+    };
+    let Some(meta) = broker.cluster() else {
+        return this();
+    };
+    if group_id.contains('\0') {
+        return Err(GroupError::UnstorableGroupId(format!(
+            "group id {group_id:?} contains a NUL character, which the cluster's metadata \
+             store cannot hold; use another group id"
+        )));
+    }
+    let node_id = meta
+        .find_coordinator(group_id.to_owned())
+        .await
+        .map_err(|e| GroupError::CoordinatorNotAvailable {
+            group_id: group_id.to_owned(),
+            source: sluice_groups::StoreError::Unavailable(Box::new(e)).into(),
+        })?;
+    if node_id == cfg.node_id {
+        return this();
+    }
+    let live = meta.live_brokers();
+    match live.iter().find(|n| n.node_id == node_id) {
+        Some(node) => Ok((node.node_id, node.host.clone(), node.port)),
+        // Named by the store but not (yet) in this broker's copy of the live list: the
+        // client asks again shortly.
+        None => Err(GroupError::CoordinatorNotAvailable {
+            group_id: group_id.to_owned(),
+            source: sluice_groups::StoreError::Unavailable(
+                format!("broker {node_id} coordinates the group but is not in this broker's live-broker list yet").into(),
+            )
+            .into(),
+        }),
     }
 }
 
@@ -268,7 +327,7 @@ pub fn list_groups(broker: &Broker, req: ListGroupsRequest, version: i16) -> Lis
     ListGroupsResponse::default().with_groups(groups)
 }
 
-pub fn describe_groups(
+pub async fn describe_groups(
     broker: &Broker,
     req: DescribeGroupsRequest,
     version: i16,
@@ -278,14 +337,20 @@ pub fn describe_groups(
     } else {
         OPERATIONS_NOT_ASKED
     };
+    // Cluster mode: each group is described by its coordinator, which takes it first.
+    let mut owned = Vec::with_capacity(req.groups.len());
+    for id in &req.groups {
+        owned.push(broker.groups().own_group(&id.0).await);
+    }
     let groups = req
         .groups
         .into_iter()
-        .map(|id| {
+        .zip(owned)
+        .map(|(id, owned)| {
             let described = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(operations);
-            match broker.groups().describe_classic(&id.0) {
+            match owned.and_then(|()| broker.groups().describe_classic(&id.0)) {
                 Ok(Some(d)) => {
                     let members = d
                         .members

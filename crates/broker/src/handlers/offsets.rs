@@ -147,43 +147,45 @@ macro_rules! fetched_topics {
     };
 }
 
-pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
-    let lookup = |group_id: &str,
-                  member: Option<(&str, i32)>,
-                  asked: Option<Vec<(String, Vec<i32>)>>|
-     -> Result<TopicOffsets, GroupError> {
-        if group_id.is_empty() {
-            return Err(GroupError::InvalidGroupId);
-        }
-        broker.groups().committed(group_id, member, asked)
-    };
+/// One group's committed offsets, from its coordinator (which, in cluster mode, takes the
+/// group first).
+async fn lookup(
+    broker: &Broker,
+    group_id: &str,
+    member: Option<(&str, i32)>,
+    asked: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<TopicOffsets, GroupError> {
+    if group_id.is_empty() {
+        return Err(GroupError::InvalidGroupId);
+    }
+    broker.groups().own_group(group_id).await?;
+    broker.groups().committed(group_id, member, asked)
+}
+
+pub async fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     if version >= 8 {
-        let groups = req
-            .groups
-            .into_iter()
-            .map(|g| {
-                let member = g
-                    .member_id
-                    .as_ref()
-                    .filter(|m| !m.is_empty())
-                    .map(|m| (m.as_str(), g.member_epoch));
-                let asked = g.topics.map(|ts| {
-                    ts.into_iter()
-                        .map(|t| (t.name.0.to_string(), t.partition_indexes))
-                        .collect()
-                });
-                let response =
-                    OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match lookup(&g.group_id.0, member, asked) {
-                    Err(e) => response.with_error_code(e.code()),
-                    Ok(found) => response.with_topics(fetched_topics!(
-                        found,
-                        OffsetFetchResponseTopics,
-                        OffsetFetchResponsePartitions
-                    )),
-                }
-            })
-            .collect();
+        let mut groups = Vec::with_capacity(req.groups.len());
+        for g in req.groups {
+            let member = g
+                .member_id
+                .as_ref()
+                .filter(|m| !m.is_empty())
+                .map(|m| (m.as_str(), g.member_epoch));
+            let asked = g.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                    .collect()
+            });
+            let response = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+            groups.push(match lookup(broker, &g.group_id.0, member, asked).await {
+                Err(e) => response.with_error_code(e.code()),
+                Ok(found) => response.with_topics(fetched_topics!(
+                    found,
+                    OffsetFetchResponseTopics,
+                    OffsetFetchResponsePartitions
+                )),
+            });
+        }
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let asked = req.topics.map(|ts| {
@@ -191,7 +193,7 @@ pub fn fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFe
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
             .collect()
     });
-    match lookup(&req.group_id.0, None, asked) {
+    match lookup(broker, &req.group_id.0, None, asked).await {
         Err(e) => OffsetFetchResponse::default().with_error_code(e.code()),
         Ok(found) => OffsetFetchResponse::default().with_topics(fetched_topics!(
             found,

@@ -221,6 +221,18 @@ pub enum StoreError {
     /// store failed): not acknowledged; the same write succeeds once the store is back.
     #[error("the group store change could not be made durable in storage: {0}")]
     NotDurable(String),
+    /// Cluster mode: this broker no longer holds the group's lease (another broker took the
+    /// group over, or the lease ran out), so nothing was written. The client finds the new
+    /// coordinator and retries there.
+    #[error(
+        "this broker no longer coordinates group {group_id:?} (another broker took it over or \
+         its lease ran out); nothing was written"
+    )]
+    NotCoordinator { group_id: String },
+    /// Cluster mode: the shared store (PostgreSQL) did not answer or failed. A write may or
+    /// may not have been applied; it was not acknowledged, and a retry writes the same values.
+    #[error("the shared group store did not answer: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl StoreError {
