@@ -42,6 +42,7 @@
 pub mod catalog;
 pub mod commit;
 pub mod db;
+pub mod group_owner;
 pub mod groups;
 pub mod index;
 pub mod migrate;
