@@ -112,4 +112,12 @@ pub trait ClusterMeta: Send + Sync + std::fmt::Debug {
     /// The broker FindCoordinator names for `group`: the holder of its coordinator lease, or
     /// the broker preferred for it among the live ones.
     fn find_coordinator(&self, group: String) -> BoxFuture<'static, Result<i32, ClusterError>>;
+
+    /// What the group coordinator runs over in cluster mode: the coordinator leases and the
+    /// group store every broker shares (`sluice-cluster`'s `GroupOwner`), so each group has
+    /// one coordinator among the brokers. `None` (the default): the broker keeps its groups
+    /// in a file of its own data directory, as a single broker does.
+    fn group_ownership(&self) -> Option<Arc<dyn sluice_groups::GroupOwnership>> {
+        None
+    }
 }

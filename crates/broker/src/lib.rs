@@ -201,7 +201,15 @@ impl Broker {
         );
         let topics = Arc::new(TopicRegistry::cluster(&config, backend));
         let producer_ids = producers::ProducerIds::cluster(Arc::clone(&meta));
-        let groups = Self::open_groups(&config, &committer, &clock, &journal)?;
+        let groups = match meta.group_ownership() {
+            // Each group has one coordinator among the brokers, its state in the shared store.
+            Some(ownership) => Arc::new(groups::Coordinator::with_ownership(
+                config.groups.clone(),
+                Arc::clone(&clock),
+                ownership,
+            )),
+            None => Self::open_groups(&config, &committer, &clock, &journal)?,
+        };
         let weak_groups = Arc::downgrade(&groups);
         let on_removed = Box::new(move |name: &str| {
             if let Some(groups) = weak_groups.upgrade() {
@@ -237,9 +245,9 @@ impl Broker {
         })
     }
 
-    /// The group coordinator, the same for every mode for now: its store is a file in the
-    /// data directory (made durable through `journal` when there is one). The one place it is
-    /// made.
+    /// The group coordinator over a file in the data directory (made durable through
+    /// `journal` when there is one): every mode but cluster mode with a shared group store
+    /// ([`cluster::ClusterMeta::group_ownership`]), which `open_cluster` builds itself.
     fn open_groups(
         config: &BrokerConfig,
         committer: &GroupCommitter,

@@ -16,7 +16,9 @@
 //!
 //! Key types: [`GroupOwnership`] (the trait), [`OwnerEpoch`] (which takeover a lease is),
 //! [`Take`] (what taking a group found), [`TakenGroup`] (its state as loaded), [`Written`]
-//! (a fenced write's outcome).
+//! (a fenced write's outcome). [`memory::MemoryStore`] is an in-memory implementation for
+//! tests of cluster mode in one process; the PostgreSQL one is `sluice-cluster`'s
+//! `GroupOwner`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -116,5 +118,6 @@ pub trait GroupOwnership: Send + Sync + fmt::Debug {
     fn release_all(&self) -> BoxFuture<'static, Result<(), StoreError>>;
 }
 
+pub mod memory;
 #[cfg(test)]
 mod tests;

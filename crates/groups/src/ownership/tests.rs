@@ -1,250 +1,38 @@
 //! The coordinator over a shared store: two coordinators (two brokers) over one in-memory
-//! fake of the store, moving groups between them.
+//! store ([`MemoryStore`]), moving groups between them.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use sluice_log::ManualClock;
 use sluice_protocol::kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use crate::assignor::{Assignment, TopicInfo};
-use crate::errors::{GroupError, SharedStoreError, error_code, result_code};
-use crate::store::{CommittedOffset, GroupRecord, StoreError};
+use crate::errors::{GroupError, error_code, result_code};
+use crate::store::CommittedOffset;
 use crate::{Coordinator, GroupConfig, classic, consumer};
 
-use super::{GroupOwnership, OwnerEpoch, Take, TakenGroup, Written};
+use super::GroupOwnership;
+use super::memory::{MemoryOwner, MemoryStore};
 
 const T0: i64 = 1_700_000_000_000;
 
-/// One group's lease in the fake store.
-#[derive(Debug, Clone, Copy)]
-struct Lease {
-    broker_id: i32,
-    epoch: i64,
-    live: bool,
-}
-
-/// The shared store: leases, snapshots and offsets, as PostgreSQL holds them.
-#[derive(Debug, Default)]
-struct FakeDb {
-    leases: HashMap<String, Lease>,
-    snapshots: BTreeMap<String, serde_json::Value>,
-    offsets: BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>,
-    /// The store does not answer.
-    down: bool,
-}
-
-impl FakeDb {
-    fn holds(&self, broker_id: i32, group_id: &str, epoch: OwnerEpoch) -> bool {
-        self.leases
-            .get(group_id)
-            .is_some_and(|l| l.live && l.broker_id == broker_id && l.epoch == epoch.0)
-    }
-
-    fn apply(&mut self, record: GroupRecord) {
-        match record {
-            GroupRecord::Offset {
-                group,
-                topic,
-                partition,
-                offset: Some(offset),
-            } => {
-                self.offsets
-                    .entry(group)
-                    .or_default()
-                    .insert((topic, partition), offset);
-            }
-            GroupRecord::Offset {
-                group,
-                topic,
-                partition,
-                offset: None,
-            } => {
-                if let Some(offsets) = self.offsets.get_mut(&group) {
-                    offsets.remove(&(topic, partition));
-                }
-            }
-            GroupRecord::Group {
-                group,
-                snapshot: Some(snapshot),
-            } => {
-                self.snapshots.insert(group, snapshot);
-            }
-            GroupRecord::Group {
-                group,
-                snapshot: None,
-            } => {
-                self.snapshots.remove(&group);
-                self.offsets.remove(&group);
-            }
-        }
-    }
-}
-
-/// One broker's view of the fake store: the [`GroupOwnership`] the coordinator gets.
-#[derive(Debug)]
-struct FakeOwner {
-    broker_id: i32,
-    db: Arc<Mutex<FakeDb>>,
-    held: Mutex<HashMap<String, OwnerEpoch>>,
-    lost: Mutex<Vec<(String, OwnerEpoch)>>,
-    takes: AtomicUsize,
-}
-
-impl FakeOwner {
-    fn new(broker_id: i32, db: &Arc<Mutex<FakeDb>>) -> Arc<FakeOwner> {
-        Arc::new(FakeOwner {
-            broker_id,
-            db: Arc::clone(db),
-            held: Mutex::default(),
-            lost: Mutex::default(),
-            takes: AtomicUsize::new(0),
-        })
-    }
-
-    /// A renewal: every held group whose lease is no longer this broker's is lost.
-    fn renew(&self) {
-        let db = self.db.lock().unwrap();
-        let mut held = self.held.lock().unwrap();
-        let gone: Vec<(String, OwnerEpoch)> = held
-            .iter()
-            .filter(|(g, e)| !db.holds(self.broker_id, g, **e))
-            .map(|(g, e)| (g.clone(), *e))
-            .collect();
-        for (g, e) in gone {
-            held.remove(&g);
-            self.lost.lock().unwrap().push((g, e));
-        }
-    }
-
-    fn unavailable() -> StoreError {
-        StoreError::Unavailable("the fake store is down".into())
-    }
-}
-
-impl GroupOwnership for FakeOwner {
-    fn take(&self, group_id: &str) -> BoxFuture<'static, Take> {
-        self.takes.fetch_add(1, Ordering::SeqCst);
-        let mut db = self.db.lock().unwrap();
-        if db.down {
-            let e = SharedStoreError::from(FakeOwner::unavailable());
-            return futures::future::ready(Take::Unavailable(e)).boxed();
-        }
-        if group_id.contains('\0') {
-            let reason = "NUL in a group id".to_owned();
-            return futures::future::ready(Take::InvalidGroupId(reason)).boxed();
-        }
-        let epoch = match db.leases.get(group_id) {
-            Some(l) if l.live && l.broker_id != self.broker_id => {
-                let broker_id = l.broker_id;
-                return futures::future::ready(Take::OwnedElsewhere { broker_id }).boxed();
-            }
-            Some(l) if l.live => l.epoch,
-            Some(l) => l.epoch + 1,
-            None => 1,
-        };
-        db.leases.insert(
-            group_id.to_owned(),
-            Lease {
-                broker_id: self.broker_id,
-                epoch,
-                live: true,
-            },
-        );
-        self.held
-            .lock()
-            .unwrap()
-            .insert(group_id.to_owned(), OwnerEpoch(epoch));
-        let taken = TakenGroup {
-            epoch: OwnerEpoch(epoch),
-            snapshot: db.snapshots.get(group_id).cloned(),
-            offsets: db.offsets.get(group_id).cloned().unwrap_or_default(),
-        };
-        // Pending once, as a real store's round trip is: other requests for the group
-        // arrive while it is in flight.
-        async move {
-            tokio::task::yield_now().await;
-            Take::Owned(taken)
-        }
-        .boxed()
-    }
-
-    fn write(
-        &self,
-        leases: Vec<(String, OwnerEpoch)>,
-        records: Vec<GroupRecord>,
-    ) -> BoxFuture<'static, Result<Written, StoreError>> {
-        // Applied at call time: in call order, as the contract asks.
-        let mut db = self.db.lock().unwrap();
-        if db.down {
-            return futures::future::ready(Err(FakeOwner::unavailable())).boxed();
-        }
-        let mut written = Written::default();
-        for (group_id, epoch) in &leases {
-            if !db.holds(self.broker_id, group_id, *epoch) {
-                written.not_coordinator.push(group_id.clone());
-                self.held.lock().unwrap().remove(group_id);
-                self.lost.lock().unwrap().push((group_id.clone(), *epoch));
-            }
-        }
-        for record in records {
-            let group = match &record {
-                GroupRecord::Offset { group, .. } | GroupRecord::Group { group, .. } => group,
-            };
-            assert!(
-                leases.iter().any(|(g, _)| g == group),
-                "a record for {group} without its lease"
-            );
-            if !written.not_coordinator.contains(group) {
-                db.apply(record);
-            }
-        }
-        futures::future::ready(Ok(written)).boxed()
-    }
-
-    fn release(&self, group_id: &str, epoch: OwnerEpoch) {
-        let mut db = self.db.lock().unwrap();
-        if db.holds(self.broker_id, group_id, epoch) {
-            db.leases.get_mut(group_id).unwrap().live = false;
-        }
-        self.held.lock().unwrap().remove(group_id);
-    }
-
-    fn lost(&self) -> Vec<(String, OwnerEpoch)> {
-        std::mem::take(&mut *self.lost.lock().unwrap())
-    }
-
-    fn release_all(&self) -> BoxFuture<'static, Result<(), StoreError>> {
-        let mut db = self.db.lock().unwrap();
-        for lease in db.leases.values_mut() {
-            if lease.broker_id == self.broker_id {
-                lease.live = false;
-            }
-        }
-        self.held.lock().unwrap().clear();
-        futures::future::ready(Ok(())).boxed()
-    }
-}
-
-/// Two brokers' coordinators over one fake store, on one manual clock.
+/// Two brokers' coordinators over one in-memory store, on one manual clock.
 struct Cluster {
-    db: Arc<Mutex<FakeDb>>,
-    owners: [Arc<FakeOwner>; 2],
+    db: Arc<MemoryStore>,
+    owners: [Arc<MemoryOwner>; 2],
     brokers: [Coordinator; 2],
 }
 
 impl Cluster {
     fn new() -> Cluster {
-        let db = Arc::new(Mutex::new(FakeDb::default()));
+        let db = MemoryStore::new();
         let clock = ManualClock::new(T0);
         let mut config = GroupConfig::default();
         config.classic.initial_rebalance_delay_ms = 0;
-        let owners = [FakeOwner::new(1, &db), FakeOwner::new(2, &db)];
+        let owners = [db.owner(1), db.owner(2)];
         let brokers = owners.clone().map(|owner| {
             let owner: Arc<dyn GroupOwnership> = owner;
             Coordinator::with_ownership(config.clone(), Arc::new(clock.clone()), owner)
@@ -258,21 +46,12 @@ impl Cluster {
 
     /// The group's lease runs out (its holder stopped renewing).
     fn expire(&self, group_id: &str) {
-        self.db
-            .lock()
-            .unwrap()
-            .leases
-            .get_mut(group_id)
-            .expect("a lease")
-            .live = false;
+        assert!(self.db.holder(group_id).is_some(), "{group_id} has a lease");
+        self.db.expire(group_id);
     }
 
     fn stored_offset(&self, group_id: &str) -> Option<i64> {
-        let db = self.db.lock().unwrap();
-        db.offsets
-            .get(group_id)
-            .and_then(|o| o.get(&("t".to_owned(), 0)))
-            .map(|o| o.offset)
+        self.db.committed(group_id, "t", 0)
     }
 }
 
@@ -488,7 +267,7 @@ async fn a_consumer_group_resumes_its_epochs_at_the_new_coordinator() {
 async fn an_unavailable_store_is_retriable_and_a_group_is_taken_once() {
     let cluster = Cluster::new();
     let [a, _] = &cluster.brokers;
-    cluster.db.lock().unwrap().down = true;
+    cluster.db.set_down(true);
     let refused = commit(a, "g", 1).await;
     assert_eq!(
         code(&refused),
@@ -496,24 +275,24 @@ async fn an_unavailable_store_is_retriable_and_a_group_is_taken_once() {
         "{refused:?}"
     );
     assert!(listed(a).is_empty());
-    cluster.db.lock().unwrap().down = false;
+    cluster.db.set_down(false);
 
     // Many requests at once for a group not held: one take between them.
-    let takes = cluster.owners[0].takes.load(Ordering::SeqCst);
+    let takes = cluster.owners[0].takes();
     let commits: Vec<_> = (0..5).map(|n| commit(a, "g", n)).collect();
     for outcome in futures::future::join_all(commits).await {
         outcome.unwrap();
     }
-    assert_eq!(cluster.owners[0].takes.load(Ordering::SeqCst), takes + 1);
+    assert_eq!(cluster.owners[0].takes(), takes + 1);
 
     // A store failure on a write of a held group: retriable, nothing changes in memory.
-    cluster.db.lock().unwrap().down = true;
+    cluster.db.set_down(true);
     let refused = commit(a, "g", 99).await;
     assert_eq!(
         code(&refused),
         ResponseError::CoordinatorNotAvailable.code()
     );
-    cluster.db.lock().unwrap().down = false;
+    cluster.db.set_down(false);
     assert_ne!(fetched(a, "g").await, Ok(Some(99)));
 
     let bad = commit(a, "bad\0id", 1).await;
@@ -522,13 +301,13 @@ async fn an_unavailable_store_is_retriable_and_a_group_is_taken_once() {
 
 #[tokio::test]
 async fn unused_leases_are_released_and_the_group_limit_holds() {
-    let db = Arc::new(Mutex::new(FakeDb::default()));
+    let db = MemoryStore::new();
     let clock = ManualClock::new(T0);
     let config = GroupConfig {
         groups_max: 2,
         ..GroupConfig::default()
     };
-    let owner = FakeOwner::new(1, &db);
+    let owner = db.owner(1);
     let shared: Arc<dyn GroupOwnership> = owner.clone();
     let c = Coordinator::with_ownership(config, Arc::new(clock.clone()), shared);
 
@@ -539,8 +318,7 @@ async fn unused_leases_are_released_and_the_group_limit_holds() {
     // ...and at the limit, leases without state make room for a new group.
     commit(&c, "z", 1).await.unwrap();
     assert_eq!(listed(&c), vec!["z"]);
-    let held: Vec<String> = owner.held.lock().unwrap().keys().cloned().collect();
-    assert_eq!(held, vec!["z"]);
+    assert_eq!(owner.held(), vec!["z"]);
 
     // A real group at the limit is refused.
     commit(&c, "w", 1).await.unwrap();
@@ -550,17 +328,16 @@ async fn unused_leases_are_released_and_the_group_limit_holds() {
     // Deleted groups keep their lease until the timer finds it unused for long enough.
     assert_eq!(c.delete_groups(&["w".to_owned()]).await, vec![Ok(())]);
     c.tick(&BTreeMap::new);
-    assert!(owner.held.lock().unwrap().contains_key("w"));
+    assert!(owner.held().contains(&"w".to_owned()));
     clock.advance(crate::UNUSED_LEASE_KEEP_MS);
     c.tick(&BTreeMap::new);
-    let held: Vec<String> = owner.held.lock().unwrap().keys().cloned().collect();
-    assert_eq!(held, vec!["z"]);
+    assert_eq!(owner.held(), vec!["z"]);
 
     // A clean shutdown releases every lease.
     c.release_all().await.unwrap();
-    assert!(owner.held.lock().unwrap().is_empty());
+    assert!(owner.held().is_empty());
     assert!(listed(&c).is_empty());
-    assert!(db.lock().unwrap().leases.values().all(|l| !l.live));
+    assert!(!db.any_live_lease());
 }
 
 #[tokio::test]
