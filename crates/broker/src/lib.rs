@@ -93,7 +93,19 @@ pub struct Broker {
 struct ClusterParts {
     meta: Arc<dyn cluster::ClusterMeta>,
     catalog: Arc<catalog::CatalogSync>,
+    /// Limits the catalog reloads that requests naming a topic this broker does not know
+    /// (yet) may cause.
+    misses: log_limiter::LogLimiter,
 }
+
+/// How often at most a request naming an unknown topic reloads the catalog in cluster mode:
+/// a topic created through another broker is then usable here at once instead of after the
+/// next refresh, while a client asking for topics that do not exist costs the metadata
+/// store at most four queries a second.
+const CATALOG_MISS_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Longest such a reload may hold the request.
+const CATALOG_MISS_REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How often at most the broker logs an event that clients can repeat at will.
 const REPEATED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -241,6 +253,7 @@ impl Broker {
             cluster: Some(ClusterParts {
                 meta,
                 catalog: sync,
+                misses: log_limiter::LogLimiter::new(CATALOG_MISS_REFRESH_INTERVAL),
             }),
         })
     }
@@ -277,6 +290,28 @@ impl Broker {
             && !c.catalog.start()
         {
             tracing::warn!("cluster catalog task not started: no tokio runtime here");
+        }
+    }
+
+    /// Cluster mode: whether one of `topics` is unknown here and a reload of the catalog for
+    /// it is allowed now ([`CATALOG_MISS_REFRESH_INTERVAL`]). Always false in the
+    /// single-broker modes.
+    pub fn misses_catalog<'a>(&self, mut topics: impl Iterator<Item = &'a str>) -> bool {
+        let Some(c) = &self.cluster else {
+            return false;
+        };
+        topics.any(|t| self.topics.get(t).is_none())
+            && c.misses.hit(tokio::time::Instant::now()).is_some()
+    }
+
+    /// Cluster mode: reloads and applies the catalog for a request that named an unknown
+    /// topic, waiting at most [`CATALOG_MISS_REFRESH_WAIT`]; a failure leaves the request to
+    /// answer with what this broker knows.
+    pub async fn refresh_on_miss(&self) {
+        match tokio::time::timeout(CATALOG_MISS_REFRESH_WAIT, self.refresh_catalog()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "catalog reload for an unknown topic failed"),
+            Err(_) => tracing::debug!("catalog reload for an unknown topic timed out"),
         }
     }
 
@@ -413,9 +448,23 @@ impl Broker {
         let this = Arc::clone(self);
         let ready = |response| futures::future::ready(Some(response)).boxed();
         match body {
-            RequestKind::Produce(req) => handlers::produce::start(self, req)
-                .map(|r| r.map(ResponseKind::Produce))
-                .boxed(),
+            RequestKind::Produce(req) => {
+                let names = req.topic_data.iter().map(|t| t.name.0.as_str());
+                if self.misses_catalog(names) {
+                    let broker = Arc::clone(self);
+                    async move {
+                        broker.refresh_on_miss().await;
+                        handlers::produce::start(&broker, req)
+                            .await
+                            .map(ResponseKind::Produce)
+                    }
+                    .boxed()
+                } else {
+                    handlers::produce::start(self, req)
+                        .map(|r| r.map(ResponseKind::Produce))
+                        .boxed()
+                }
+            }
             RequestKind::ApiVersions(_) => {
                 ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
             }

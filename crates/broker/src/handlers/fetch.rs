@@ -74,6 +74,15 @@ pub async fn handle(
     let budget = broker.memory();
     let ask = Ask::new(Class::Bulk, client);
     let isolation = Isolation::from_wire(req.isolation_level);
+    // Cluster mode: a topic created through another broker moments ago is known here first.
+    if broker.misses_catalog(
+        req.topics
+            .iter()
+            .map(|t| t.topic.0.as_str())
+            .filter(|n| !n.is_empty()),
+    ) {
+        broker.refresh_on_miss().await;
+    }
     // Resolve each requested partition's storage once.
     let targets: Vec<Vec<Target>> = req
         .topics
