@@ -75,6 +75,13 @@ pub trait ClusterMeta: Send + Sync + std::fmt::Debug {
     /// any partition; this only spreads clients.
     fn leader_for(&self, topic_id: Uuid, partition: i32) -> i32;
 
+    /// [`leader_for`](Self::leader_for) among the live brokers whose rack is `zone`, when
+    /// there are any (a client in that zone then never crosses zones); else among all.
+    fn leader_in_zone(&self, topic_id: Uuid, partition: i32, zone: &str) -> i32 {
+        let _ = zone;
+        self.leader_for(topic_id, partition)
+    }
+
     /// The catalog copy; changes whenever the store's catalog does (within the refresh
     /// interval) or after [`refresh`](Self::refresh).
     fn catalog(&self) -> watch::Receiver<Arc<Catalog>>;

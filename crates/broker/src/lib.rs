@@ -468,7 +468,7 @@ impl Broker {
             RequestKind::ApiVersions(_) => {
                 ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
             }
-            RequestKind::Metadata(req) => handlers::metadata::start(self, req, version),
+            RequestKind::Metadata(req) => handlers::metadata::start(self, req, version, &client_id),
             RequestKind::CreateTopics(req) => handlers::create_topics::handle(self, req, version),
             RequestKind::DeleteTopics(req) => handlers::delete_topics::handle(self, req, version),
             RequestKind::DescribeConfigs(req) => ready(ResponseKind::DescribeConfigs(

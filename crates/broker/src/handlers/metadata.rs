@@ -5,6 +5,11 @@
 //! serves any partition; this spreads clients), with itself as its only replica; a topic to
 //! auto-create is created in the store and the answer waits until this broker has it open.
 //! A request that needs no creation is answered at once, as in the single-broker modes.
+//!
+//! Zones: a client whose client id holds `sluice_az=ZONE` (e.g. `client.id=billing,
+//! sluice_az=eu-west-1a`) gets leaders among the live brokers whose `--rack` is that zone,
+//! when there are any, so its produce and fetch traffic stays in its zone (any broker serves
+//! any partition); other clients get the spread over every live broker.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -25,31 +30,46 @@ use crate::topics::{Topic, TopicError};
 use crate::{Broker, TopicConfig, errors};
 
 /// Answers at once, or (cluster mode, topics to auto-create) once they are created.
-pub fn start(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> Answer {
+pub fn start(broker: &Arc<Broker>, req: MetadataRequest, version: i16, client_id: &str) -> Answer {
+    let zone = client_zone(client_id).map(str::to_owned);
     let to_create = match broker.cluster() {
         Some(_) => to_auto_create(broker, &req, version),
         None => Vec::new(),
     };
     if to_create.is_empty() {
-        let response = handle(broker, req, version, &HashMap::new());
+        let response = handle(broker, req, version, &HashMap::new(), zone.as_deref());
         return futures::future::ready(Some(ResponseKind::Metadata(response))).boxed();
     }
     let broker = Arc::clone(broker);
     async move {
         let refused = auto_create_in_cluster(&broker, to_create).await;
         Some(ResponseKind::Metadata(handle(
-            &broker, req, version, &refused,
+            &broker,
+            req,
+            version,
+            &refused,
+            zone.as_deref(),
         )))
     }
     .boxed()
 }
 
+/// The zone a client names in its client id: the value of `sluice_az=`, up to a `,`, `;` or
+/// space.
+pub fn client_zone(client_id: &str) -> Option<&str> {
+    let rest = &client_id[client_id.find("sluice_az=")? + "sluice_az=".len()..];
+    let zone = rest.split([',', ';', ' ']).next()?.trim();
+    (!zone.is_empty()).then_some(zone)
+}
+
 /// The answer. `refused`: cluster mode, the code for each topic whose auto-creation failed.
+/// `zone`: the client's zone (cluster mode: leaders come from that zone's brokers).
 pub fn handle(
     broker: &Broker,
     req: MetadataRequest,
     version: i16,
     refused: &HashMap<String, i16>,
+    zone: Option<&str>,
 ) -> MetadataResponse {
     let cfg = broker.config();
     let (nodes, controller) = super::cluster::brokers(broker);
@@ -58,9 +78,12 @@ pub fn handle(
     // ones (this broker if it names one not listed: never a leader the client cannot find).
     let me = cfg.node_id;
     let leader = |topic: &Topic, p: i32| match broker.cluster() {
-        Some(meta) => Some(meta.leader_for(topic.id, p))
-            .filter(|l| listed.contains(l))
-            .unwrap_or(me),
+        Some(meta) => Some(match zone {
+            Some(zone) => meta.leader_in_zone(topic.id, p, zone),
+            None => meta.leader_for(topic.id, p),
+        })
+        .filter(|l| listed.contains(l))
+        .unwrap_or(me),
         None => me,
     };
     let describe = |t: &Topic| describe(t, |p| leader(t, p));
@@ -221,4 +244,22 @@ pub(crate) fn describe(topic: &Topic, leader: impl Fn(i32) -> i32) -> MetadataRe
                 })
                 .collect(),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_zone;
+
+    #[test]
+    fn the_zone_comes_from_the_client_id() {
+        assert_eq!(
+            client_zone("billing,sluice_az=eu-west-1a"),
+            Some("eu-west-1a")
+        );
+        assert_eq!(client_zone("sluice_az=z1;more"), Some("z1"));
+        assert_eq!(client_zone("sluice_az=z2 rest"), Some("z2"));
+        assert_eq!(client_zone("billing"), None);
+        assert_eq!(client_zone("sluice_az="), None);
+        assert_eq!(client_zone("sluice_az=,x"), None);
+    }
 }
