@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::admin::{self, Admin};
-use crate::broker::BrokerProcess;
+use crate::broker::Brokers;
 use crate::driver;
 use crate::machine;
 use crate::modes::{self, Context};
@@ -46,8 +46,9 @@ pub struct Options {
     pub out: PathBuf,
     pub broker_label: String,
     pub broker_version: Option<String>,
-    /// Start (and for `correctness`, kill and restart) this broker command.
-    pub broker_cmd: Option<String>,
+    /// Start these broker commands, one per broker (and for `correctness`, kill and restart
+    /// them in turn). Empty: the cluster at `bootstrap` was started elsewhere.
+    pub broker_cmd: Vec<String>,
     /// Fail when the load generator was saturated.
     pub strict: bool,
     pub quiet: bool,
@@ -84,20 +85,23 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
     std::fs::write(dir.join(&workload_copy), &text)
         .map_err(|e| format!("cannot write into {}: {e}", dir.display()))?;
 
-    let mut broker = match &options.broker_cmd {
-        Some(cmd) => {
-            let mut b = BrokerProcess::new(cmd, &options.bootstrap, dir.join("broker.log"));
-            b.start()?;
-            Some(b)
+    // Dropping `brokers` stops every one of them, so no early return below leaves one running.
+    let mut brokers = if options.broker_cmd.is_empty() {
+        None
+    } else {
+        let mut b = Brokers::new(&options.broker_cmd, &options.bootstrap, &dir)?;
+        if !options.quiet && b.len() > 1 {
+            eprintln!("bench: starting {} brokers", b.len());
         }
-        None => None,
+        b.start_all()?;
+        Some(b)
     };
     let admin = Admin::connect(&options.bootstrap)?;
     let steal_before = machine::cpu_steal_ticks();
     let version = options
         .broker_version
         .clone()
-        .or_else(|| broker.as_ref().and_then(BrokerProcess::version))
+        .or_else(|| brokers.as_ref().and_then(Brokers::version))
         .unwrap_or_else(|| "unknown".into());
     let first = &plan.points[0].workload;
     let mut campaign = Campaign {
@@ -120,6 +124,7 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
             label: options.broker_label.clone(),
             version,
         },
+        brokers: brokers.as_ref().map(Brokers::describe).unwrap_or_default(),
         sluice_version: env!("CARGO_PKG_VERSION").into(),
         git_commit: machine::git_commit().into(),
         machine: machine::machine(),
@@ -150,7 +155,7 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
                 bootstrap: &options.bootstrap,
                 run_id: format!("{stamp}-p{index}-r{repeat}"),
                 tag: format!("p{index} r{repeat}"),
-                broker: broker.as_mut(),
+                brokers: brokers.as_mut(),
                 quiet: options.quiet,
             };
             if !options.quiet {
@@ -183,8 +188,10 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         }
         campaign.points.push(point_result(index, point, repeats));
     }
-    if let Some(b) = broker.as_mut() {
-        b.stop();
+    if let Some(b) = brokers.as_mut() {
+        b.stop_all();
+        // With every PID each broker had, restarts included.
+        campaign.brokers = b.describe();
     }
     campaign.warnings = warnings(&campaign);
     if let (Some(before), Some(after)) = (steal_before, machine::cpu_steal_ticks()) {

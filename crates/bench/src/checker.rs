@@ -400,6 +400,7 @@ impl Checker {
             partitions,
             examples,
             passed,
+            kill_log: Vec::new(),
         }
     }
 

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::admin::Admin;
-use crate::broker::BrokerProcess;
+use crate::broker::Brokers;
 use crate::checker::Checker;
 use crate::driver::{ConsumerMode, Fleet, Window, now_ns};
 use crate::result::{DrainResult, ExploreResult, ExploreStep, Interval, RunResult};
@@ -20,8 +20,8 @@ pub struct Context<'a> {
     pub run_id: String,
     /// `p0 r1`, for progress lines.
     pub tag: String,
-    /// A broker the benchmark started itself (correctness kills it).
-    pub broker: Option<&'a mut BrokerProcess>,
+    /// The brokers the benchmark started itself (correctness kills them in turn).
+    pub brokers: Option<&'a mut Brokers>,
     pub quiet: bool,
 }
 
@@ -620,10 +620,11 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
     })
 }
 
-/// `correctness`: every record checked; the broker optionally SIGKILLed and restarted.
+/// `correctness`: every record checked; the brokers the benchmark started optionally SIGKILLed
+/// and restarted, one at a time, a different one each kill (round-robin).
 pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
     let c = &w.correctness;
-    if c.kills > 0 && ctx.broker.is_none() {
+    if c.kills > 0 && ctx.brokers.as_deref().is_none_or(Brokers::is_empty) {
         return Err(
             "correctness with kills needs a broker the benchmark starts itself: pass --broker-cmd"
                 .into(),
@@ -648,31 +649,35 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         fleet.set_rate(target);
         let mut intervals = Vec::new();
         let slice = w.duration_s / f64::from(c.kills + 1);
-        let mut kills = 0;
+        let mut kill_log = Vec::new();
         for k in 0..=c.kills {
             let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
             ticker.run_for(slice, "measure");
             intervals.append(&mut ticker.intervals);
             if k < c.kills {
-                let broker = ctx.broker.as_deref_mut().expect("checked above");
-                if !ctx.quiet {
+                let brokers = ctx.brokers.as_deref_mut().expect("checked above");
+                let victim = brokers.next_victim();
+                if !ctx.quiet
+                    && let Some(b) = brokers.get(victim)
+                {
                     eprintln!(
-                        "[{}] SIGKILL broker (pid {})",
+                        "[{}] SIGKILL broker {victim} at {} (pid {})",
                         ctx.tag,
-                        broker.pid().unwrap_or(0)
+                        b.address(),
+                        b.pid().unwrap_or(0)
                     );
                 }
-                broker.kill()?;
-                kills += 1;
-                std::thread::sleep(Duration::from_secs_f64(c.restart_delay_s));
-                broker.start()?;
+                let kill = brokers.kill_next(
+                    Duration::from_secs_f64(c.restart_delay_s),
+                    fleet.elapsed_s(),
+                )?;
                 if !ctx.quiet {
                     eprintln!(
-                        "[{}] broker restarted (pid {})",
-                        ctx.tag,
-                        broker.pid().unwrap_or(0)
+                        "[{}] broker {victim} restarted (pid {}) {:.1} s after the kill",
+                        ctx.tag, kill.restarted_pid, kill.down_s
                     );
                 }
+                kill_log.push(kill);
             }
         }
         let measured_s = started.elapsed().as_secs_f64();
@@ -711,7 +716,8 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         let mut report = checker
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .report(kills);
+            .report(kill_log.len() as u32);
+        report.kill_log = kill_log;
         if !read_all {
             report.passed = false;
             report.examples.push(format!(

@@ -27,6 +27,10 @@ pub struct Campaign {
     pub bootstrap: String,
     pub client: ClientInfo,
     pub broker: BrokerInfo,
+    /// The brokers the benchmark started itself (`--broker-cmd`, in command-line order); empty
+    /// when it ran against a cluster started elsewhere.
+    #[serde(default)]
+    pub brokers: Vec<StartedBroker>,
     /// The `sluice` build that ran the benchmark.
     pub sluice_version: String,
     pub git_commit: String,
@@ -57,6 +61,21 @@ pub struct BrokerInfo {
     /// The broker's version as far as it can be told (`--broker-version`, `--version` of a
     /// broker the benchmark started, or `unknown`).
     pub version: String,
+}
+
+/// A broker the benchmark started (one `--broker-cmd`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct StartedBroker {
+    /// Its position among the `--broker-cmd` flags, from 0 (kills name brokers by it).
+    pub index: u32,
+    /// Where it accepts Kafka connections (the benchmark waits for this after each start).
+    pub address: String,
+    /// The command, with passwords and secret-looking values replaced by `***`.
+    pub command: String,
+    /// Its output, a file in the campaign directory.
+    pub log: String,
+    /// Every PID it had, first start first (each restart after a kill adds one).
+    pub pids: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
@@ -250,6 +269,9 @@ pub struct DrainResult {
 pub struct CorrectnessReport {
     /// SIGKILLs of the broker done during the run.
     pub kills: u32,
+    /// Each of those kills: which broker, when, and how long until it listened again.
+    #[serde(default)]
+    pub kill_log: Vec<BrokerKill>,
     pub acked: u64,
     /// Distinct records read back (acknowledged or not).
     pub seen: u64,
@@ -265,6 +287,27 @@ pub struct CorrectnessReport {
     /// No loss, no reordering, no corruption, and no duplicates when duplicates were not
     /// allowed (non-idempotent producer).
     pub passed: bool,
+}
+
+/// One SIGKILL of a broker the benchmark started, and its restart.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct BrokerKill {
+    /// The broker's index (see [`StartedBroker::index`]); kill `i` of a campaign hits broker
+    /// `i mod count`.
+    pub broker: u32,
+    /// Where that broker listens.
+    pub address: String,
+    /// When the SIGKILL went out: RFC 3339, UTC.
+    pub at: String,
+    /// The same moment in seconds since the repeat started (the clock of `intervals[].t_s`).
+    pub t_s: f64,
+    /// The PID killed.
+    pub pid: u32,
+    /// The PID of the restarted broker.
+    pub restarted_pid: u32,
+    /// From the SIGKILL until the restarted broker accepted connections (restart delay
+    /// included), seconds.
+    pub down_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]

@@ -24,6 +24,10 @@ use sluice_bench::report;
 ///   sluice bench drain bench/workloads/drain.toml
 ///   sluice bench correctness bench/workloads/correctness.toml --bootstrap 127.0.0.1:19092 \
 ///       --broker-cmd 'sluice serve --data-dir /tmp/bench-data --kafka-addr 127.0.0.1:19092 --http-addr off'
+///   sluice bench correctness bench/workloads/correctness-kills.toml \
+///       -b 127.0.0.1:19092,127.0.0.1:19093 \
+///       --broker-cmd 'sluice serve --data-dir /tmp/b0 --kafka-addr 127.0.0.1:19092 --http-addr off --storage s3://B/P --metadata postgres://...' \
+///       --broker-cmd 'sluice serve --data-dir /tmp/b1 --kafka-addr 127.0.0.1:19093 --http-addr off --storage s3://B/P --metadata postgres://...'
 ///   sluice bench compare bench-results/fixed-rate-run-* --out bench-results/compare
 ///
 /// Workload files are TOML; any top-level field given as a list is a dimension (one test point
@@ -65,11 +69,18 @@ enum BenchCommand {
     Drain(RunArgs),
     /// Check every record (producer id, sequence, checksum): lost, duplicated, out-of-order and
     /// corrupted, per partition. With [correctness] kills = N and --broker-cmd, SIGKILLs and
-    /// restarts that broker N times during the run. Exits non-zero when the check fails.
+    /// restarts a broker N times during the run: with several --broker-cmd (a cluster), kill i
+    /// hits broker i mod count (round-robin, a different one each time) while the others carry
+    /// the load. The report records each kill: broker index, address, time, PIDs.
+    /// Exits non-zero when the check fails.
     ///
-    /// Example:
+    /// Examples:
     ///   sluice bench correctness bench/workloads/correctness-kills.toml -b 127.0.0.1:19092 \
     ///     --broker-cmd 'sluice serve --data-dir /tmp/bench-data --kafka-addr 127.0.0.1:19092 --http-addr off'
+    ///   sluice bench correctness bench/workloads/correctness-kills.toml \
+    ///     -b 127.0.0.1:19092,127.0.0.1:19093 \
+    ///     --broker-cmd 'sluice serve --data-dir /tmp/b0 --kafka-addr 127.0.0.1:19092 --http-addr off --storage s3://B/P --metadata postgres://...' \
+    ///     --broker-cmd 'sluice serve --data-dir /tmp/b1 --kafka-addr 127.0.0.1:19093 --http-addr off --storage s3://B/P --metadata postgres://...'
     #[command(verbatim_doc_comment)]
     Correctness(RunArgs),
     /// Put campaign directories side by side: writes compare.html and compare.csv, prints a table.
@@ -84,7 +95,8 @@ enum BenchCommand {
 struct RunArgs {
     /// Workload file (TOML).
     workload: PathBuf,
-    /// Bootstrap servers of the cluster under test.
+    /// Bootstrap servers of the cluster under test: HOST:PORT, or several comma-separated
+    /// (HOST:PORT,HOST:PORT) as librdkafka takes them.
     #[arg(
         long,
         short = 'b',
@@ -103,10 +115,16 @@ struct RunArgs {
     #[arg(long)]
     broker_version: Option<String>,
     /// Start this broker command before the run (run by `sh -c "exec ..."`, output to
-    /// broker.log in the campaign directory) and stop it after; `correctness` kills and restarts
-    /// it. It must listen on --bootstrap.
-    #[arg(long)]
-    broker_cmd: Option<String>,
+    /// broker.log in the campaign directory) and stop it after (by PID); `correctness` kills
+    /// and restarts it. It must listen on --bootstrap.
+    ///
+    /// Give it once per broker to start several (a cluster), each binding its own address:
+    /// its `--kafka-addr HOST:PORT`, or else the --bootstrap entry in the same position.
+    /// The benchmark starts them all and waits until each accepts connections. `correctness`
+    /// kills them in turn, and every one is stopped at the end or on an error.
+    /// Output goes to broker-<i>.log, i counting from 0 in command-line order.
+    #[arg(long, value_name = "COMMAND")]
+    broker_cmd: Vec<String>,
     /// Exit non-zero when the load generator could not keep its schedule.
     #[arg(long)]
     strict: bool,

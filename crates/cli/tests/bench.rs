@@ -282,6 +282,218 @@ fn correctness_survives_sigkills_of_a_broker_it_started() {
     assert!(dir.join("broker.log").is_file());
 }
 
+/// A local-mode `sluice serve` on `address` with its own data directory under `dir`.
+fn local_broker_cmd(dir: &Path, name: &str, address: &str) -> String {
+    format!(
+        "{} serve --data-dir {} --kafka-addr {address} --http-addr off",
+        env!("CARGO_BIN_EXE_sluice"),
+        dir.join(name).display()
+    )
+}
+
+/// Whether `pid` is still a running process (a zombie waiting for a reaper does not count).
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Whether something accepts connections at `address`.
+fn listening(address: &str) -> bool {
+    std::net::TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_millis(300))
+        .is_ok()
+}
+
+/// Two brokers started by the benchmark, killed in turn. Two local-mode brokers are not one
+/// cluster, so the load goes to the first alone (the bootstrap lists only it) and the second
+/// only shows that it is started, killed, restarted and stopped like the first; the check of
+/// the records still runs through the first's kills.
+#[test]
+fn correctness_kills_several_started_brokers_in_turn_and_stops_them_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addresses = [
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    ];
+    let cmds: Vec<String> = addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| local_broker_cmd(tmp.path(), &format!("data-{i}"), a))
+        .collect();
+    let workload = "name = \"two-brokers\"\npartitions = 2\nproducers = 1\nconsumers = 1\nrecord_size = 128\nkeys = true\nproducer_rate = 1000\nwarmup_s = 0\nduration_s = 6\ninterval_s = 0.5\n\n[correctness]\nkills = 3\nrestart_delay_s = 0.2\nsettle_timeout_s = 60\n";
+    let (dir, stdout) = campaign(
+        tmp.path(),
+        "correctness",
+        workload,
+        &[
+            "-b",
+            &addresses[0],
+            "--broker-cmd",
+            &cmds[0],
+            "--broker-cmd",
+            &cmds[1],
+        ],
+    );
+    let c = read_campaign(&dir);
+    let report = &c["points"][0]["repeats"][0]["correctness"];
+    assert_eq!(report["kills"], 3, "{report}");
+    assert_eq!(report["passed"], true, "{report}\n{stdout}");
+    for fault in ["lost", "duplicated", "out_of_order", "corrupted"] {
+        assert_eq!(report[fault], 0, "{fault}: {report}");
+    }
+    assert!(report["acked"].as_u64().unwrap() > 1000, "{report}");
+
+    // Kills 0, 1, 2 hit brokers 0, 1, 0: each says which broker, where and when.
+    let kills = report["kill_log"].as_array().unwrap();
+    let order: Vec<u64> = kills
+        .iter()
+        .map(|k| k["broker"].as_u64().unwrap())
+        .collect();
+    assert_eq!(order, [0, 1, 0], "{report}");
+    let mut last_t = 0.0;
+    for k in kills {
+        let b = k["broker"].as_u64().unwrap() as usize;
+        assert_eq!(k["address"], addresses[b].as_str(), "{k}");
+        assert!(k["at"].as_str().unwrap().ends_with('Z'), "{k}");
+        let t = k["t_s"].as_f64().unwrap();
+        assert!(t > last_t, "kills out of time order: {report}");
+        last_t = t;
+        assert_ne!(k["pid"], k["restarted_pid"], "{k}");
+        assert!(k["down_s"].as_f64().unwrap() >= 0.2, "{k}");
+    }
+    assert_eq!(kills[2]["pid"], kills[0]["restarted_pid"], "{report}");
+
+    // The campaign lists both brokers with every PID they had: 3 starts of broker 0, 2 of 1.
+    let brokers = c["brokers"].as_array().unwrap();
+    assert_eq!(brokers.len(), 2, "{}", c["brokers"]);
+    let mut pids = Vec::new();
+    for (i, (b, starts)) in brokers.iter().zip([3, 2]).enumerate() {
+        assert_eq!(b["index"], i as u64, "{b}");
+        assert_eq!(b["address"], addresses[i].as_str(), "{b}");
+        let log = dir.join(b["log"].as_str().unwrap());
+        assert_eq!(log, dir.join(format!("broker-{i}.log")));
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            log.matches("kafka listening on").count(),
+            starts,
+            "broker {i} log:\n{log}"
+        );
+        let had: Vec<u64> = b["pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap())
+            .collect();
+        assert_eq!(had.len(), starts, "{b}");
+        pids.extend(had);
+    }
+    assert_eq!(kills[1]["pid"], brokers[1]["pids"][0], "{report}");
+    // Nothing left running: every PID is gone and neither address accepts connections.
+    for pid in pids {
+        assert!(!alive(pid), "broker pid {pid} outlived the benchmark");
+    }
+    for a in &addresses {
+        assert!(!listening(a), "something still listens on {a}");
+    }
+}
+
+/// The `sluice serve` processes whose parent is `parent`, from /proc.
+fn brokers_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: the command name may hold spaces, so split after ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let serve = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"serve"));
+        if ppid == Some(parent) && serve {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A benchmark killed outright (SIGKILL: no destructor runs) takes the brokers it started
+/// with it.
+#[test]
+fn brokers_die_with_a_benchmark_killed_outright() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addresses = [
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    ];
+    let file = tmp.path().join("long.toml");
+    std::fs::write(
+        &file,
+        "name = \"long\"\npartitions = 1\nproducers = 1\nconsumers = 1\nrecord_size = 128\nproducer_rate = 100\nwarmup_s = 0\nduration_s = 120\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("results");
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "correctness"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .args(["--quiet", "-b", &addresses[0]])
+        .args([
+            "--broker-cmd",
+            &local_broker_cmd(tmp.path(), "d0", &addresses[0]),
+        ])
+        .args([
+            "--broker-cmd",
+            &local_broker_cmd(tmp.path(), "d1", &addresses[1]),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !(listening(&addresses[0]) && listening(&addresses[1])) {
+        if started.elapsed() > Duration::from_secs(60) || bench.try_wait().unwrap().is_some() {
+            let _ = bench.kill();
+            let _ = bench.wait();
+            panic!("the two brokers did not both listen");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let brokers = brokers_of(bench.id());
+    bench.kill().unwrap();
+    bench.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while brokers.iter().any(|&p| alive(u64::from(p))) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let survivors: Vec<u32> = brokers
+        .iter()
+        .copied()
+        .filter(|&p| alive(u64::from(p)))
+        .collect();
+    // Whatever happens, stop what the test started (by PID) before judging.
+    for &pid in &survivors {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert_eq!(
+        brokers.len(),
+        2,
+        "brokers the benchmark started: {brokers:?}"
+    );
+    assert!(
+        survivors.is_empty(),
+        "brokers {survivors:?} outlived the benchmark"
+    );
+}
+
 #[test]
 fn bad_workloads_are_refused_with_what_to_fix() {
     let tmp = tempfile::tempdir().unwrap();

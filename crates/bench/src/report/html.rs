@@ -202,6 +202,7 @@ fn metadata(c: &Campaign) -> String {
             "broker",
             format!("{} {}", esc(&c.broker.label), esc(&c.broker.version)),
         ),
+        ("started brokers", started_brokers(c)),
         ("client", esc(&c.client.name)),
         ("producer", config(&c.client.producer_config)),
         ("consumer", config(&c.client.consumer_config)),
@@ -224,6 +225,30 @@ fn metadata(c: &Campaign) -> String {
         half(&run),
         half(&system)
     )
+}
+
+/// One line per broker the benchmark started: index, address, PIDs, and the command (secrets
+/// already hidden) on hover.
+fn started_brokers(c: &Campaign) -> String {
+    if c.brokers.is_empty() {
+        return "(none: started elsewhere)".to_owned();
+    }
+    let lines: Vec<String> = c
+        .brokers
+        .iter()
+        .map(|b| {
+            let pids: Vec<String> = b.pids.iter().map(u32::to_string).collect();
+            format!(
+                "<span title=\"{}\">{} at {}</span> (pid {}; {})",
+                esc(&b.command),
+                b.index,
+                esc(&b.address),
+                pids.join(", "),
+                esc(&b.log)
+            )
+        })
+        .collect();
+    lines.join("<br>")
 }
 
 fn headline_table(c: &Campaign) -> String {
@@ -474,6 +499,41 @@ fn correctness_section(repeat: u32, c: &CorrectnessReport) -> String {
         c.unacked_present.to_string(),
     ];
     out.push_str(&table("rrrrrrrr", &header, &[row]));
+    if !c.kill_log.is_empty() {
+        let rows: Vec<Vec<String>> = c
+            .kill_log
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                vec![
+                    i.to_string(),
+                    k.broker.to_string(),
+                    esc(&k.address),
+                    esc(&k.at),
+                    format!("{:.1}", k.t_s),
+                    k.pid.to_string(),
+                    k.restarted_pid.to_string(),
+                    format!("{:.2}", k.down_s),
+                ]
+            })
+            .collect();
+        let header = [
+            "kill",
+            "broker",
+            "address",
+            "at (UTC)",
+            "t s",
+            "pid killed",
+            "pid restarted",
+            "down s",
+        ];
+        let _ = writeln!(
+            out,
+            "<details><summary>{} kills</summary>{}</details>",
+            rows.len(),
+            table("rrllrrrr", &header, &rows)
+        );
+    }
 
     let faulty = |p: &PartitionCheck| p.lost + p.duplicated + p.out_of_order + p.corrupted > 0;
     let rows: Vec<Vec<String>> = c

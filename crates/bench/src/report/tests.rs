@@ -130,8 +130,18 @@ fn correctness(passed: bool) -> CorrectnessReport {
         lost,
         ..PartitionCheck::default()
     };
+    let kill = |i: u32| BrokerKill {
+        broker: i % 2,
+        address: format!("127.0.0.1:1909{}", i % 2),
+        at: format!("2025-01-02T03:04:0{i}Z"),
+        t_s: f64::from(i) * 2.5,
+        pid: 100 + i,
+        restarted_pid: 200 + i,
+        down_s: 1.25,
+    };
     CorrectnessReport {
         kills: 3,
+        kill_log: (0..3).map(kill).collect(),
         acked: 2000,
         seen: 2000 - u64::from(!passed),
         lost: u64::from(!passed),
@@ -203,6 +213,22 @@ fn campaign(broker_label: &str, rate: f64) -> Campaign {
             label: broker_label.to_owned(),
             version: "1.2.3".to_owned(),
         },
+        brokers: vec![
+            StartedBroker {
+                index: 0,
+                address: "127.0.0.1:19090".to_owned(),
+                command: "sluice serve --kafka-addr 127.0.0.1:19090 <script>".to_owned(),
+                log: "broker-0.log".to_owned(),
+                pids: vec![100, 201],
+            },
+            StartedBroker {
+                index: 1,
+                address: "127.0.0.1:19091".to_owned(),
+                command: "sluice serve --kafka-addr 127.0.0.1:19091".to_owned(),
+                log: "broker-1.log".to_owned(),
+                pids: vec![101],
+            },
+        ],
         sluice_version: "0.1.0".to_owned(),
         git_commit: "abc1234".to_owned(),
         machine: Machine {
@@ -314,6 +340,9 @@ fn html_report_is_safe_and_complete() {
         "Explore, repeat 0",
         "Drain",
         "Correctness, repeat 1",
+        "3 kills",
+        "pid restarted",
+        "127.0.0.1:19091</span> (pid 101; broker-1.log)",
         "FAILED",
         "PASSED",
         "max</text>",
@@ -417,6 +446,31 @@ fn newer_format_is_refused() {
         matches!(err, ReportError::Parse { .. }) && err.to_string().contains("campaign.json"),
         "{err}"
     );
+}
+
+/// Campaigns written before brokers and kills were recorded (no `brokers`, no `kill_log`)
+/// still read, with those lists empty.
+#[test]
+fn campaigns_without_the_broker_lists_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut older = campaign("sluice", 1.0);
+    let mut json = serde_json::to_value(&older).unwrap();
+    json.as_object_mut().unwrap().remove("brokers");
+    for point in json["points"].as_array_mut().unwrap() {
+        for repeat in point["repeats"].as_array_mut().unwrap() {
+            if let Some(c) = repeat["correctness"].as_object_mut() {
+                c.remove("kill_log");
+            }
+        }
+    }
+    fs::write(dir.path().join(CAMPAIGN_FILE), json.to_string()).unwrap();
+    older.brokers.clear();
+    for r in older.points.iter_mut().flat_map(|p| &mut p.repeats) {
+        if let Some(c) = &mut r.correctness {
+            c.kill_log.clear();
+        }
+    }
+    assert_eq!(read_campaign(dir.path()).unwrap(), older);
 }
 
 #[test]
