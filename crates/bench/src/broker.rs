@@ -157,7 +157,7 @@ impl BrokerProcess {
 
     /// What the broker's binary says of its version (`BINARY --version`), if anything.
     pub fn version(&self) -> Option<String> {
-        let binary = self.command.split_whitespace().next()?;
+        let binary = binary_of(&self.command)?;
         let output = Command::new(binary)
             .arg("--version")
             .stdin(Stdio::null())
@@ -180,6 +180,34 @@ impl Drop for BrokerProcess {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The program a broker command runs: its first word, past an `env` wrapper (with its options)
+/// and `NAME=VALUE` assignments, which would otherwise answer `--version` for the broker.
+fn binary_of(command: &str) -> Option<&str> {
+    let mut words = command.split_whitespace().peekable();
+    let assignment = |w: &str| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    while words.peek().is_some_and(|w| assignment(w)) {
+        words.next();
+    }
+    if words.peek() == Some(&"env") {
+        words.next();
+        while let Some(&w) = words.peek() {
+            if !(w.starts_with('-') || assignment(w)) {
+                break;
+            }
+            words.next();
+            // env's options that take their value as the next word.
+            if matches!(w, "-u" | "--unset" | "-C" | "--chdir") {
+                words.next();
+            }
+        }
+    }
+    words.next()
 }
 
 /// On Linux, asks the kernel to SIGKILL the child when the thread that started it dies (the
@@ -557,6 +585,18 @@ mod tests {
         assert!(err.contains("127.0.0.1:5"), "{err}");
         let err = Brokers::new(&[" ".to_string()], "127.0.0.1:5", dir.path()).expect_err("empty");
         assert!(err.contains("empty"), "{err}");
+    }
+
+    #[test]
+    fn the_version_is_asked_of_the_broker_not_of_its_env_wrapper() {
+        assert_eq!(binary_of("sluice serve"), Some("sluice"));
+        assert_eq!(
+            binary_of("env -u X AWS_REGION=us-east-1 A=b /bin/sluice serve --x=y"),
+            Some("/bin/sluice")
+        );
+        assert_eq!(binary_of("RUST_LOG=info ./sluice serve"), Some("./sluice"));
+        assert_eq!(binary_of("env"), None);
+        assert_eq!(binary_of(""), None);
     }
 
     #[test]
