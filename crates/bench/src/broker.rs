@@ -80,6 +80,11 @@ impl BrokerProcess {
 
     /// Waits until the spawned broker accepts connections at its address.
     fn wait_listening(&mut self) -> Result<(), String> {
+        self.wait_listening_with(&mut std::thread::sleep)
+    }
+
+    /// [`BrokerProcess::wait_listening`], letting time pass through `pass` between checks.
+    fn wait_listening_with(&mut self, pass: &mut dyn FnMut(Duration)) -> Result<(), String> {
         let deadline = Instant::now() + LISTEN_TIMEOUT;
         loop {
             if let Some(child) = self.child.as_mut()
@@ -102,7 +107,7 @@ impl BrokerProcess {
                     self.log.display()
                 ));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            pass(Duration::from_millis(50));
         }
     }
 
@@ -330,8 +335,15 @@ impl Brokers {
 
     /// SIGKILLs the next broker in turn, waits `restart_delay`, runs its command again and
     /// waits until it accepts connections. `t_s` is the caller's clock (seconds since the
-    /// repeat started), recorded with the kill.
-    pub fn kill_next(&mut self, restart_delay: Duration, t_s: f64) -> Result<BrokerKill, String> {
+    /// repeat started), recorded with the kill. All waiting goes through `pass(duration)`,
+    /// which must let about that much time pass (the caller keeps reporting meanwhile: the
+    /// other brokers carry the load while this one is down).
+    pub fn kill_next(
+        &mut self,
+        restart_delay: Duration,
+        t_s: f64,
+        mut pass: impl FnMut(Duration),
+    ) -> Result<BrokerKill, String> {
         let index = self.next_victim();
         let Some(broker) = self.members.get_mut(index) else {
             return Err("no broker to kill: pass --broker-cmd".into());
@@ -347,9 +359,10 @@ impl Brokers {
         let killed = Instant::now();
         broker.kill().map_err(|e| format!("broker {index}: {e}"))?;
         self.kills_done += 1;
-        std::thread::sleep(restart_delay);
+        pass(restart_delay);
         broker
-            .start()
+            .spawn()
+            .and_then(|()| broker.wait_listening_with(&mut pass))
             .map_err(|e| format!("restarting broker {index}: {e}"))?;
         Ok(BrokerKill {
             broker: index as u32,
@@ -656,9 +669,15 @@ mod tests {
             .collect();
         let mut killed = Vec::new();
         for k in 0..3 {
+            let mut passed = Duration::ZERO;
             let kill = brokers
-                .kill_next(Duration::from_millis(10), f64::from(k))
+                .kill_next(Duration::from_millis(10), f64::from(k), |d| {
+                    passed += d;
+                    std::thread::sleep(d);
+                })
                 .unwrap();
+            // The restart delay went through the caller's clock.
+            assert!(passed >= Duration::from_millis(10), "{passed:?}");
             assert!(!alive(kill.pid), "pid {} survived its SIGKILL", kill.pid);
             assert_ne!(kill.pid, kill.restarted_pid);
             assert_eq!(kill.address, addrs[kill.broker as usize]);

@@ -100,6 +100,29 @@ impl<'f> Ticker<'f> {
         }
     }
 
+    /// Lets `duration` pass, ticking whenever an interval falls due, without closing a partial
+    /// interval at the end (many short calls make one phase; [`Ticker::flush_partial`] ends it).
+    fn pass(&mut self, duration: Duration, phase: &str) {
+        let end = Instant::now() + duration;
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                return;
+            }
+            let next_tick = self.last + self.every;
+            if now >= next_tick {
+                self.tick(phase);
+                continue;
+            }
+            std::thread::sleep(
+                next_tick
+                    .min(end)
+                    .saturating_duration_since(now)
+                    .min(Duration::from_millis(10)),
+            );
+        }
+    }
+
     /// Closes a partial interval at a phase boundary if it is long enough to mean something.
     fn flush_partial(&mut self, phase: &str) {
         if self.last.elapsed() >= self.every / 4 {
@@ -650,10 +673,10 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         let mut intervals = Vec::new();
         let slice = w.duration_s / f64::from(c.kills + 1);
         let mut kill_log = Vec::new();
+        // One ticker throughout: intervals go on while a broker is down (phase `restart`).
+        let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
         for k in 0..=c.kills {
-            let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
             ticker.run_for(slice, "measure");
-            intervals.append(&mut ticker.intervals);
             if k < c.kills {
                 let brokers = ctx.brokers.as_deref_mut().expect("checked above");
                 let victim = brokers.next_victim();
@@ -670,7 +693,9 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
                 let kill = brokers.kill_next(
                     Duration::from_secs_f64(c.restart_delay_s),
                     fleet.elapsed_s(),
+                    |d| ticker.pass(d, "restart"),
                 )?;
+                ticker.flush_partial("restart");
                 if !ctx.quiet {
                     eprintln!(
                         "[{}] broker {victim} restarted (pid {}) {:.1} s after the kill",
@@ -680,6 +705,8 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
                 kill_log.push(kill);
             }
         }
+        intervals.append(&mut ticker.intervals);
+        drop(ticker);
         let measured_s = started.elapsed().as_secs_f64();
         fleet.set_rate(Some(0.0));
         fleet.stop_producers(Duration::from_secs_f64(c.settle_timeout_s));
