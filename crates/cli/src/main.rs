@@ -4,6 +4,7 @@ mod apikey;
 mod bench;
 mod bytesize;
 mod client;
+mod cluster_mode;
 mod consume;
 mod group;
 mod produce;

@@ -95,18 +95,46 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         broker_config.advertised_host = advertised_host.unwrap_or_else(|| bound.ip().to_string());
         broker_config.advertised_port = i32::from(bound.port());
         let started = std::time::Instant::now();
-        let backend = match &storage {
-            Some(storage) => Some(open_object_storage(storage, &data_dir).await?),
+        // Cluster mode (--metadata): the bucket, PostgreSQL and the registration, then the
+        // broker over them. Otherwise one broker, on local disk or on a bucket of its own.
+        let joined = match storage.as_ref().and_then(|s| s.metadata.as_ref().map(|m| (s, m))) {
+            Some((storage, metadata)) => Some(
+                crate::cluster_mode::join(
+                    storage,
+                    metadata,
+                    &data_dir,
+                    &broker_config.advertised_host,
+                    bound.port(),
+                )
+                .await?,
+            ),
             None => None,
         };
+        let backend = match (&storage, &joined) {
+            (Some(storage), None) => Some(open_object_storage(storage, &data_dir).await?),
+            _ => None,
+        };
         let opener = backend.clone().map(|b| b as Arc<dyn sluice_broker::storage::PartitionOpener>);
+        let cluster = joined.as_ref().map(|j| {
+            (
+                Arc::clone(&j.store) as Arc<dyn sluice_broker::storage::PartitionOpener>,
+                Arc::clone(&j.meta) as Arc<dyn sluice_broker::cluster::ClusterMeta>,
+            )
+        });
         let broker = Arc::new(
-            tokio::task::spawn_blocking(move || {
-                Broker::open_with(broker_config, Arc::new(sluice_broker::SystemClock), opener)
+            tokio::task::spawn_blocking(move || match cluster {
+                Some((store, meta)) => Broker::open_cluster(
+                    broker_config,
+                    Arc::new(sluice_broker::SystemClock),
+                    store,
+                    meta,
+                ),
+                None => Broker::open_with(broker_config, Arc::new(sluice_broker::SystemClock), opener),
             })
             .await?
             .with_context(|| format!("opening data directory {}", data_dir.display()))?,
         );
+        broker.start_cluster_sync();
         tracing::info!(
             data_dir = %broker.config().data_dir.display(),
             topics = broker.topics().all().len(),
@@ -176,6 +204,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || b.shutdown()).await?;
         if let Some(backend) = &backend {
             backend.shutdown().await;
+        }
+        if let Some(joined) = joined {
+            // The groups' leases go first, so their next coordinators take over at once.
+            if let Err(e) = broker.groups().release_all().await {
+                tracing::warn!(error = %e, "could not release the group leases (they will expire)");
+            }
+            joined.store.shutdown().await;
+            if let Err(e) = joined.registry.deregister().await {
+                tracing::warn!(error = %e, "could not deregister from the cluster (its lease will expire)");
+            }
         }
         tracing::info!("shut down cleanly");
         anyhow::Ok(())

@@ -201,6 +201,14 @@ settings! {
         /// [default: 1GiB]
         #[arg(long, env = "SLUICE_CACHE_BYTES")]
         cache_bytes: ByteSize,
+        /// Cluster mode: many brokers share the bucket of --storage and this PostgreSQL
+        /// database for metadata: postgres://USER:PASSWORD@HOST:PORT/DATABASE (the password
+        /// may come from PGPASSWORD instead). See docs/cluster.md [default: one broker]
+        #[arg(long, env = "SLUICE_METADATA")]
+        metadata: String,
+        /// Cluster mode: this broker's zone (rack), listed in Metadata answers
+        #[arg(long, env = "SLUICE_RACK")]
+        rack: String,
     }
 }
 
@@ -252,6 +260,10 @@ pub struct StorageSettings {
     /// The recent-objects memory cache: a slice of `memory_limit`
     /// ([`Settings::apply_memory_limit`]).
     pub memory_bytes: usize,
+    /// Cluster mode: the metadata database (`None`: one broker owns the prefix).
+    pub metadata: Option<sluice_cluster::MetadataUrl>,
+    /// Cluster mode: this broker's zone.
+    pub rack: Option<String>,
 }
 
 impl StorageSettings {
@@ -323,7 +335,21 @@ impl Settings {
     /// Object-storage mode's settings when `storage` names a bucket (`local`, empty or unset:
     /// none).
     fn storage_settings(&self) -> anyhow::Result<Option<StorageSettings>> {
+        let metadata = match self.metadata.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => Some(sluice_cluster::MetadataUrl::parse(url)?),
+        };
+        let rack = self
+            .rack
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(str::to_owned);
         let url = match self.storage.as_deref().map(str::trim) {
+            None | Some("") | Some("local") if metadata.is_some() => bail!(
+                "--metadata needs --storage s3://BUCKET/PREFIX: in cluster mode every broker \
+                 keeps its data in one shared bucket"
+            ),
             None | Some("") | Some("local") => return Ok(None),
             Some(url) => sluice_objstore::StorageUrl::parse(url)
                 .map_err(|e| anyhow::anyhow!("invalid --storage {url:?}: {e}"))?,
@@ -365,6 +391,8 @@ impl Settings {
                 .cache_bytes
                 .map_or(CACHE_BYTES_DEFAULT, ByteSize::bytes),
             memory_bytes: 0,
+            metadata,
+            rack,
         }))
     }
 

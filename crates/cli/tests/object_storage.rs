@@ -9,12 +9,9 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Server, finish};
+use common::{Server, finish, serve_fails};
 use serde_json::Value;
 use sluice_testkit::MinioServer;
-
-/// How long a failing start may take at most (the bucket check is bounded by 10 s).
-const START_FAILURE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `serve` arguments for object-storage mode on `prefix` of MinIO's bucket, with a short
 /// linger so the tests run fast.
@@ -31,41 +28,6 @@ fn start(minio: &MinioServer, prefix: &str, dir: tempfile::TempDir) -> Server {
     let args = storage_args(minio, prefix);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Server::start_with_env(dir, &args, &minio.env_vars())
-}
-
-/// Runs `sluice serve` that must fail to start; returns its stderr.
-fn serve_fails(args: &[String], env: &[(&str, String)]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--kafka-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "off",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .env_remove("AWS_SESSION_TOKEN")
-        .env("SLUICE_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let (status, _, stderr) = finish(&mut child, b"", START_FAILURE_TIMEOUT);
-    assert!(!status.success(), "serve started: {stderr}");
-    assert!(
-        started.elapsed() < Duration::from_secs(25),
-        "took {:?}",
-        started.elapsed()
-    );
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(errors.len(), 1, "one error line expected:\n{stderr}");
-    errors[0].to_owned()
 }
 
 fn json_lines(text: &str) -> Vec<Value> {

@@ -45,8 +45,10 @@ pub mod db;
 pub mod group_owner;
 pub mod groups;
 pub mod index;
+pub mod meta;
 pub mod migrate;
 pub mod registry;
+pub mod store;
 pub mod url;
 
 pub use db::{Db, DbError, DbSettings};

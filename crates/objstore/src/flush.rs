@@ -347,6 +347,9 @@ pub enum CommitFailure {
     /// the same object with backoff until its PUT deadline, then gives it up. The step must
     /// be idempotent: a retry of a commit that did land must answer as the first did.
     Retry(String),
+    /// This object cannot be committed (the store refused it for a reason a retry does not
+    /// change): it is given up at once, as a PUT past its deadline is; the flusher goes on.
+    GiveUp(String),
     /// Final for this flusher (the writer was fenced): it stops as when its lease is lost.
     Final(FlushError),
 }
@@ -1212,6 +1215,13 @@ impl Task {
                 slot.state = SlotState::Done(Ok(()));
             }
             Err(CommitFailure::Final(e)) => slot.state = SlotState::Done(Err(e)),
+            Err(CommitFailure::GiveUp(why)) => {
+                slot.state = SlotState::Done(Err(FlushError::GaveUp {
+                    sequence,
+                    after: slot.sealed_at.elapsed(),
+                    last_error: format!("commit: {why}"),
+                }));
+            }
             Err(CommitFailure::Retry(last_error)) => {
                 let delay = jittered(slot.commit_backoff, sequence, slot.commit_attempts);
                 slot.commit_backoff = (slot.commit_backoff * 2).min(s.backoff_max);

@@ -32,6 +32,26 @@ use crate::{Broker, TopicConfig, errors};
 /// Answers at once, or (cluster mode, topics to auto-create) once they are created.
 pub fn start(broker: &Arc<Broker>, req: MetadataRequest, version: i16, client_id: &str) -> Answer {
     let zone = client_zone(client_id).map(str::to_owned);
+    // Cluster mode: a topic created through another broker moments ago is known here first.
+    let named = req.topics.iter().flatten().filter_map(|t| t.name.as_ref());
+    if broker.misses_catalog(named.map(|n| n.0.as_str())) {
+        let broker = Arc::clone(broker);
+        return async move {
+            broker.refresh_on_miss().await;
+            answer(&broker, req, version, zone).await
+        }
+        .boxed();
+    }
+    answer(broker, req, version, zone)
+}
+
+/// [`start`] once the catalog is as fresh as it needs to be.
+fn answer(
+    broker: &Arc<Broker>,
+    req: MetadataRequest,
+    version: i16,
+    zone: Option<String>,
+) -> Answer {
     let to_create = match broker.cluster() {
         Some(_) => to_auto_create(broker, &req, version),
         None => Vec::new(),

@@ -274,3 +274,42 @@ impl Server {
         run
     }
 }
+
+/// How long a failing start may take at most (the bucket check is bounded by 10 s).
+pub const START_FAILURE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `sluice serve` with `args` that must fail to start, within 25 s; returns its one
+/// `error:` line (asserting there is exactly one).
+pub fn serve_fails(args: &[String], env: &[(&str, String)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--kafka-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "off",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env_remove("AWS_SESSION_TOKEN")
+        .env("SLUICE_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let (status, _, stderr) = finish(&mut child, b"", START_FAILURE_TIMEOUT);
+    assert!(!status.success(), "serve started: {stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "took {:?}",
+        started.elapsed()
+    );
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "one error line expected:\n{stderr}");
+    errors[0].to_owned()
+}

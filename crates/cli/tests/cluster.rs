@@ -1,0 +1,412 @@
+//! Cluster mode (`sluice serve --storage s3://... --metadata postgres://...`): several brokers
+//! on one MinIO bucket and one PostgreSQL database, each started by the test on free loopback
+//! ports: what is written through one broker is read through another, every broker lists
+//! the live ones, and bad metadata settings stop a broker with one line.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Server, kcat, serve_fails};
+use sluice_testkit::{MinioServer, PostgresServer};
+
+/// `serve` arguments for cluster mode on `prefix` of MinIO's bucket and `pg`'s database, with
+/// a short linger so the tests run fast.
+fn cluster_args(minio: &MinioServer, prefix: &str, metadata: &str) -> Vec<String> {
+    vec![
+        "--storage".into(),
+        format!("s3://{}/{prefix}", minio.bucket()),
+        "--metadata".into(),
+        metadata.into(),
+        "--object-linger-ms".into(),
+        "20".into(),
+    ]
+}
+
+fn start(minio: &MinioServer, pg: &PostgresServer, prefix: &str) -> Server {
+    let args = cluster_args(minio, prefix, &pg.url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Server::start_with_env(tempfile::tempdir().unwrap(), &args, &minio.env_vars())
+}
+
+/// Values of `topic` read through `server` from the beginning, in offset order per partition.
+fn values(server: &Server, topic: &str) -> Vec<String> {
+    let out = server.ok(&["consume", topic], "").stdout;
+    out.lines().map(str::to_owned).collect()
+}
+
+/// Waits until `check` holds, for at most `within`.
+fn eventually(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < within, "{what} not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn written_through_one_broker_read_through_another() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let a = start(&minio, &pg, "c1");
+    let b = start(&minio, &pg, "c1");
+    assert_eq!(a.log_lines_with("metadata: postgres://127.0.0.1:").len(), 1);
+    assert!(
+        a.log_lines_with(pg.password()).is_empty(),
+        "the password was logged"
+    );
+    a.ok(&["topic", "create", "orders", "--partitions", "3"], "");
+    let input: Vec<String> = (0..30).map(|i| format!("order-{i}")).collect();
+    a.ok(&["produce", "orders"], &(input.join("\n") + "\n"));
+    eventually(Duration::from_secs(10), "the topic on broker B", || {
+        b.run(&["topic", "describe", "orders"], "").status.success()
+    });
+    let mut got = values(&b, "orders");
+    got.sort();
+    let mut want = input.clone();
+    want.sort();
+    assert_eq!(got, want);
+    // Both brokers answer the same offsets.
+    let watermarks = |s: &Server| -> Vec<i64> {
+        let t: serde_json::Value =
+            reqwest::blocking::get(format!("{}/topics/orders", s.http_url()))
+                .unwrap()
+                .json()
+                .unwrap();
+        t["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["high_watermark"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(watermarks(&a), vec![10, 10, 10]);
+    assert_eq!(watermarks(&b), vec![10, 10, 10]);
+
+    // Every broker lists both.
+    let listing = kcat(&["-b", &b.bootstrap(), "-L"], "");
+    assert!(listing.contains("2 brokers"), "{listing}");
+}
+
+#[test]
+fn bad_metadata_settings_stop_the_broker_with_one_line() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let env = minio.env_vars();
+    let args = |url: &str| cluster_args(&minio, "bad", url);
+
+    // Nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let line = serve_fails(
+        &args(&format!("postgres://sluice:pw@127.0.0.1:{closed}/sluice")),
+        &env,
+    );
+    assert!(
+        line.contains("cannot reach PostgreSQL at postgres://127.0.0.1:"),
+        "{line}"
+    );
+    assert!(!line.contains(":pw@"), "{line}");
+
+    // A wrong password.
+    let wrong = pg.url().replace(pg.password(), "not-the-password");
+    let line = serve_fails(&args(&wrong), &env);
+    assert!(
+        line.contains("refused user `sluice`") && line.contains("password"),
+        "{line}"
+    );
+    assert!(!line.contains("not-the-password"), "{line}");
+
+    // Not a PostgreSQL URL, and --metadata without a bucket.
+    let line = serve_fails(&args("mysql://a:b@127.0.0.1/db"), &env);
+    assert!(line.contains("invalid --metadata"), "{line}");
+    let line = serve_fails(&["--metadata".into(), pg.url()], &env);
+    assert!(line.contains("--metadata needs --storage"), "{line}");
+
+    // A database a newer Sluice migrated.
+    let ok = start(&minio, &pg, "bad");
+    drop(ok);
+    pg.psql(
+        "sluice",
+        "INSERT INTO sluice.schema_migrations (version, name, checksum) VALUES (999, 'future', 0)",
+    );
+    let line = serve_fails(&args(&pg.url()), &env);
+    assert!(
+        line.contains("schema version 999") && line.contains("upgrade"),
+        "{line}"
+    );
+
+    // A database bound to another bucket prefix.
+    pg.psql(
+        "sluice",
+        "DELETE FROM sluice.schema_migrations WHERE version = 999",
+    );
+    let line = serve_fails(&cluster_args(&minio, "other", &pg.url()), &env);
+    assert!(line.contains("bad") && line.contains("other"), "{line}");
+}
+
+/// The number of brokers `server`'s Metadata lists.
+fn brokers_listed(server: &Server) -> usize {
+    let listing = kcat(&["-b", &server.bootstrap(), "-L", "-m", "5"], "");
+    listing
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(" brokers:"))
+        .or_else(|| {
+            listing
+                .lines()
+                .find_map(|l| l.trim().strip_suffix(" broker:"))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `count` numbered records `tag-0`, `tag-1`, ... as produce input.
+fn numbered(tag: &str, count: usize) -> String {
+    (0..count).map(|i| format!("{tag}-{i}\n")).collect()
+}
+
+#[test]
+fn a_killed_broker_leaves_the_cluster_and_the_others_carry_on() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let a = start(&minio, &pg, "kill");
+    let b = start(&minio, &pg, "kill");
+    let c = start(&minio, &pg, "kill");
+    eventually(Duration::from_secs(10), "three brokers listed", || {
+        brokers_listed(&a) == 3
+    });
+    // Produced at once after the create: the brokers that did not create the topic learn of
+    // it from the produce itself.
+    a.ok(&["topic", "create", "events", "--partitions", "6"], "");
+    a.ok(&["produce", "events"], &numbered("before", 60));
+
+    // SIGKILL (by its PID) one broker: it is no longer listed once its lease expires.
+    let killed_at = Instant::now();
+    drop(b);
+    eventually(Duration::from_secs(15), "the killed broker dropped", || {
+        brokers_listed(&a) == 2 && brokers_listed(&c) == 2
+    });
+    let dropped_after = killed_at.elapsed();
+    assert!(dropped_after < Duration::from_secs(10), "{dropped_after:?}");
+
+    // Producers carry on through the survivors; nothing acknowledged is lost or doubled.
+    a.ok(&["produce", "events"], &numbered("after", 60));
+    let mut got = values(&c, "events");
+    got.sort();
+    let mut want: Vec<String> = numbered("before", 60)
+        .lines()
+        .chain(numbered("after", 60).lines())
+        .map(str::to_owned)
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_new_broker_serves_at_once_and_postgres_restarts_lose_nothing() {
+    let minio = MinioServer::start();
+    let mut pg = PostgresServer::start();
+    let a = start(&minio, &pg, "grow");
+    a.ok(&["topic", "create", "t", "--partitions", "2"], "");
+    a.ok(&["produce", "t"], &numbered("one", 20));
+
+    // A second broker joins while the first runs: it lists both and serves what is there.
+    let b = start(&minio, &pg, "grow");
+    assert_eq!(values(&b, "t").len(), 20);
+    eventually(Duration::from_secs(10), "the new broker listed", || {
+        brokers_listed(&a) == 2
+    });
+
+    // PostgreSQL restarts while records are produced: produces wait or fail retriably, and
+    // everything acknowledged is there afterwards.
+    let bootstrap = a.bootstrap();
+    let producer = std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        for round in 0..12 {
+            let input = numbered(&format!("r{round}"), 5);
+            let run = common::run_cli(&bootstrap, &["produce", "t"], &input);
+            if run.status.success() {
+                acked.extend(input.lines().map(str::to_owned));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        acked
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    pg.restart();
+    let acked = producer.join().unwrap();
+    assert!(acked.len() >= 30, "only {} acknowledged", acked.len());
+    let got = values(&b, "t");
+    for record in &acked {
+        assert_eq!(
+            got.iter().filter(|g| *g == record).count(),
+            1,
+            "{record} not exactly once in {got:?}"
+        );
+    }
+}
+
+#[test]
+fn a_group_commits_through_one_broker_and_resumes_through_another() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let a = start(&minio, &pg, "groups");
+    let b = start(&minio, &pg, "groups");
+    a.ok(&["topic", "create", "jobs", "--partitions", "2"], "");
+    eventually(Duration::from_secs(10), "the topic on B", || {
+        b.run(&["topic", "describe", "jobs"], "").status.success()
+    });
+    a.ok(&["produce", "jobs"], &numbered("first", 20));
+
+    // A balanced consumer bootstrapped at B reads everything and commits.
+    let first = kcat(
+        &[
+            "-b",
+            &b.bootstrap(),
+            "-G",
+            "workers",
+            "-X",
+            "auto.offset.reset=earliest",
+            "-e",
+            "-q",
+            "jobs",
+        ],
+        "",
+    );
+    assert_eq!(first.lines().count(), 20, "{first}");
+
+    // The offsets are the cluster's: through A the group shows them, and a consumer
+    // bootstrapped at A resumes after them.
+    let described = a.ok(&["group", "describe", "workers"], "").stdout;
+    assert!(described.contains("jobs"), "{described}");
+    a.ok(&["produce", "jobs"], &numbered("second", 10));
+    let second = kcat(
+        &[
+            "-b",
+            &a.bootstrap(),
+            "-G",
+            "workers",
+            "-X",
+            "auto.offset.reset=earliest",
+            "-e",
+            "-q",
+            "jobs",
+        ],
+        "",
+    );
+    let mut got: Vec<&str> = second.lines().collect();
+    got.sort();
+    let text = numbered("second", 10);
+    let mut want: Vec<&str> = text.lines().collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_client_that_names_its_zone_gets_leaders_in_that_zone() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let zoned = |zone: &str| {
+        let mut args = cluster_args(&minio, "zones", &pg.url());
+        args.extend(["--rack".to_owned(), zone.to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start_with_env(tempfile::tempdir().unwrap(), &args, &minio.env_vars())
+    };
+    let a = zoned("az1");
+    let _b = zoned("az1");
+    let c = zoned("az2");
+    eventually(Duration::from_secs(10), "three brokers listed", || {
+        brokers_listed(&a) == 3
+    });
+    a.ok(&["topic", "create", "z", "--partitions", "8"], "");
+    // Which node id is C: the one broker listed at its port.
+    let listing = kcat(&["-b", &a.bootstrap(), "-L"], "");
+    let c_id = listing
+        .lines()
+        .find(|l| l.contains(&format!(":{} ", c.port)) || l.ends_with(&format!(":{}", c.port)))
+        .and_then(|l| l.trim().strip_prefix("broker "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("broker C not listed:\n{listing}"))
+        .to_owned();
+    let leaders = |client_id: &str| -> Vec<String> {
+        kcat(
+            &[
+                "-b",
+                &a.bootstrap(),
+                "-X",
+                &format!("client.id={client_id}"),
+                "-L",
+                "-t",
+                "z",
+            ],
+            "",
+        )
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("partition "))
+        .filter_map(|l| l.split("leader ").nth(1))
+        .map(|l| l.split(',').next().unwrap().trim().to_owned())
+        .collect()
+    };
+    let in_az2 = leaders("app,sluice_az=az2");
+    assert_eq!(in_az2.len(), 8);
+    assert!(in_az2.iter().all(|l| *l == c_id), "{in_az2:?}, C is {c_id}");
+    let spread = leaders("app");
+    assert!(spread.iter().any(|l| *l != c_id), "{spread:?}");
+}
+
+#[test]
+fn a_long_poll_on_one_broker_wakes_when_another_commits() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let a = start(&minio, &pg, "wake");
+    let b = start(&minio, &pg, "wake");
+    a.ok(&["topic", "create", "w", "--partitions", "1"], "");
+    eventually(Duration::from_secs(10), "the topic on B", || {
+        b.run(&["topic", "describe", "w"], "").status.success()
+    });
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut waits = Vec::new();
+    for i in 0..5 {
+        // A long poll on B for the next offset (the HTTP API reads on the broker asked,
+        // whichever leads the partition)...
+        let url = format!(
+            "{}/topics/w/partitions/0/records?offset={i}&timeout_ms=10000",
+            b.http_url()
+        );
+        let reader = {
+            let http = http.clone();
+            std::thread::spawn(move || {
+                let body: serde_json::Value = http.get(url).send().unwrap().json().unwrap();
+                (body, Instant::now())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        // ...wakes when a produce through A commits (acknowledged after its commit).
+        let answer = http
+            .post(format!("{}/topics/w/records", a.http_url()))
+            .body(format!("{{\"value\": \"wake-{i}\", \"partition\": 0}}"))
+            .send()
+            .unwrap();
+        assert!(answer.status().is_success(), "{answer:?}");
+        let acked = Instant::now();
+        let (body, read_at) = reader.join().unwrap();
+        assert!(body.to_string().contains(&format!("wake-{i}")), "{body}");
+        waits.push(read_at.saturating_duration_since(acked));
+    }
+    // Without the notification the reader would wait for the next poll of the bounds (5 s).
+    waits.sort();
+    assert!(
+        waits[waits.len() / 2] < Duration::from_millis(500),
+        "{waits:?}"
+    );
+    assert!(
+        waits.iter().all(|w| *w < Duration::from_secs(2)),
+        "{waits:?}"
+    );
+}
