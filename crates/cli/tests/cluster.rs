@@ -410,3 +410,82 @@ fn a_long_poll_on_one_broker_wakes_when_another_commits() {
         "{waits:?}"
     );
 }
+
+#[test]
+fn sigkills_of_each_broker_in_turn_under_load_lose_nothing_acknowledged() {
+    use std::process::{Command, Stdio};
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let env: String = minio
+        .env_vars()
+        .iter()
+        .map(|(k, v)| format!("{k}={v} "))
+        .collect();
+    let mut cmds = Vec::new();
+    let mut addrs = Vec::new();
+    for i in 0..3 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        cmds.push(format!(
+            "env {env}{} serve --data-dir {} --kafka-addr {addr} --http-addr off --storage s3://{}/kills --metadata {} --object-linger-ms 25",
+            env!("CARGO_BIN_EXE_sluice"),
+            tmp.path().join(format!("data-{i}")).display(),
+            minio.bucket(),
+            pg.url(),
+        ));
+        addrs.push(addr);
+    }
+    let workload = "name = \"cluster-kills\"\npartitions = 6\nproducers = 2\nconsumers = 1\nrecord_size = 128\nkeys = true\nproducer_rate = 1000\nwarmup_s = 0\nduration_s = 12\ninterval_s = 0.5\n\n[correctness]\nkills = 3\nrestart_delay_s = 0.5\nsettle_timeout_s = 120\n";
+    let file = tmp.path().join("kills.toml");
+    std::fs::write(&file, workload).unwrap();
+    let mut args: Vec<String> = vec![
+        "bench".into(),
+        "correctness".into(),
+        file.display().to_string(),
+        "--out".into(),
+        tmp.path().join("results").display().to_string(),
+        "--quiet".into(),
+        "-b".into(),
+        addrs.join(","),
+    ];
+    for cmd in &cmds {
+        args.extend(["--broker-cmd".to_owned(), cmd.clone()]);
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, stdout, stderr) = common::finish(&mut child, b"", Duration::from_secs(400));
+    assert!(status.success(), "{stdout}\n{stderr}");
+    let dir = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("results: "))
+        .expect("results line");
+    let campaign: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}/campaign.json", dir.trim())).unwrap(),
+    )
+    .unwrap();
+    let report = &campaign["points"][0]["repeats"][0]["correctness"];
+    assert_eq!(report["kills"], 3, "{report}");
+    // A different broker each time.
+    let killed: Vec<u64> = report["kill_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["broker"].as_u64().unwrap_or(u64::MAX))
+        .collect();
+    assert_eq!(killed, vec![0, 1, 2], "{report}");
+    for fault in ["lost", "duplicated", "out_of_order", "corrupted"] {
+        assert_eq!(report[fault], 0, "{fault}: {report}");
+    }
+    assert_eq!(report["passed"], true, "{report}");
+    assert!(report["acked"].as_u64().unwrap() > 5000, "{report}");
+}
