@@ -38,35 +38,40 @@
 //! by a statement that starts after this transaction got that lock, so in `READ COMMITTED` it
 //! sees every earlier writer's commit.
 //!
-//! Why the `NOTIFY` is not inside the commit's transaction: PostgreSQL serialises every
-//! transaction that notifies on one database-wide lock, held from just before its commit
-//! record until after that record is flushed. Inside the commit, that made all commits of the
-//! cluster wait for each other's WAL flush, one at a time, whatever partitions they touched:
-//! measured with 16 committers of one-batch objects over 100 partitions on a durable server,
-//! about 500 to 670 commits/s with p50 20 to 30 ms, against 1,700 to 2,000 commits/s with p50
-//! 7 to 8 ms with the `NOTIFY` outside (`examples/commit_rate.rs`). So it goes in a second,
-//! tiny transaction right after `COMMIT`, in the same round trip, with `synchronous_commit`
-//! off (it changes no data, so it need not wait for a flush and holds that lock for
-//! microseconds), and only if the commit is visible (it selects the new objects row). What
-//! that gives up, and why it is acceptable: a broker that dies between the two loses that one
-//! wake-up, and notifications of one partition from two brokers may arrive out of order.
-//! Neither loses data: listeners treat an event as "look again" and poll anyway
-//! ([`crate::index::CommitListener`]).
+//! Why the `NOTIFY` is not inside the commit's transaction: PostgreSQL serialises every transaction
+//! that notifies on one database-wide lock, held from just before its commit record until after
+//! that record is flushed. Inside the commit, that made all commits of the cluster wait for each
+//! other's WAL flush, one at a time, whatever partitions they touched: measured with 16 committers
+//! of one-batch objects over 100 partitions on a durable server (three alternating runs on a busy
+//! 2-core machine), 480 to 670 commits/s with p50 20 to 31 ms, against 1,700 to 2,000 commits/s
+//! with p50 7 to 9 ms with the `NOTIFY` outside (`examples/commit_rate.rs`). So it goes in a
+//! second, tiny transaction right after `COMMIT`, in the same round trip, with `synchronous_commit`
+//! off (it changes no data, so it need not wait for a flush and holds that lock for microseconds),
+//! and only if the commit is visible (it selects the new objects row). What that gives up, and why
+//! it is acceptable: a broker that dies between the two loses that one wake-up, and notifications
+//! of one partition from two brokers may arrive out of order. Neither loses data: listeners treat
+//! an event as "look again" and poll anyway ([`crate::index::CommitListener`]).
 //!
-//! Why the broker's row is locked `FOR SHARE`: whatever declares a broker dead by updating its
-//! row (setting `stopped_at`, moving `expires_at`) waits for that broker's commits in flight,
-//! and once that update has committed no commit of the broker gets past the check. So "its row says dead" is a
-//! clean point after which nothing more of that broker appears, which is what a collector of
-//! a dead broker's uncommitted objects needs. (A lease that merely runs out without an update
-//! gives no such point: a commit that began just before `expires_at` may end just after it.)
+//! Why the broker's row is locked `FOR SHARE`: whatever declares a broker dead by updating its row
+//! (setting `stopped_at`, moving `expires_at`) waits for that broker's commits in flight, and once
+//! that update has committed no commit of the broker gets past the check. So "its row says dead" is
+//! a clean point after which nothing more of that broker appears, which is what a collector of a
+//! dead broker's uncommitted objects needs. (A lease that merely runs out without an update gives
+//! no such point: a commit that began just before `expires_at` may end just after it.)
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use crate::db::{Client, Db, DbError};
+
+mod decide;
+mod outcomes;
+
+use decide::{Applied, PartitionState, ProducerState, apply};
+use outcomes::{decode_outcomes, encode_outcomes};
 
 /// The channel every commit notifies (see [`crate::index::CommitListener`]).
 pub const COMMIT_CHANNEL: &str = "sluice_commits";
@@ -82,8 +87,9 @@ pub const RECENT_BATCHES: usize = 5;
 /// few MiB.
 pub const BATCHES_PER_COMMIT_MAX: usize = 250_000;
 
-/// Longest `NOTIFY` payload sent: PostgreSQL refuses 8000 bytes and more. A commit that
-/// advanced more partitions than fit (110 to 190, by the offsets' lengths) sends [`NOTIFY_EVERYTHING`] instead.
+/// Longest `NOTIFY` payload sent: PostgreSQL refuses 8000 bytes and more. A commit that advanced
+/// more partitions than fit (110 to 190, by the offsets' lengths) sends [`NOTIFY_EVERYTHING`]
+/// instead.
 pub const NOTIFY_PAYLOAD_MAX_BYTES: usize = 7999;
 
 /// The payload that means "any partition may have moved: look again at all of them".
@@ -236,7 +242,12 @@ pub async fn commit_object(db: &Db, req: &CommitRequest) -> Result<Vec<BatchOutc
     loop {
         match attempt_commit(db, req, &keys).await {
             Err(CommitError::Db(e)) if is_conflict(&e) && attempt < COMMIT_ATTEMPTS_MAX => {
-                tracing::debug!(key = %req.key, attempt, error = %e, "commit conflict, trying again");
+                tracing::debug!(
+                    key = %req.key,
+                    attempt,
+                    error = %e,
+                    "commit conflict, trying again"
+                );
                 tokio::time::sleep(RETRY_BACKOFF_FIRST * 2u32.pow(attempt - 1)).await;
                 attempt += 1;
             }
@@ -765,409 +776,6 @@ pub fn notify_payload(advanced: &BTreeMap<(Uuid, i32), i64>) -> String {
         }
     }
     payload
-}
-
-// ---------------------------------------------------------------------------------------------
-// Deciding every batch: pure, so the table is tested without a database.
-
-/// A partition's row as locked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PartitionState {
-    next_offset: i64,
-    log_start: i64,
-}
-
-/// One remembered batch of a producer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Remembered {
-    first_seq: i32,
-    last_seq: i32,
-    base_offset: i64,
-    last_offset: i64,
-}
-
-/// Fields per remembered batch in `producers.recent`.
-const RECENT_FIELDS: usize = 4;
-
-/// A producer's state on one partition: its epoch and last [`RECENT_BATCHES`] batches, oldest
-/// first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ProducerState {
-    epoch: i16,
-    recent: VecDeque<Remembered>,
-}
-
-/// What to do with an idempotent batch (the table of `sluice-broker`'s `producers.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Append,
-    Duplicate { base_offset: i64, last_offset: i64 },
-    Refuse(BatchOutcome),
-}
-
-/// The sequence number after `seq` (sequences wrap from i32::MAX to 0).
-fn next_seq(seq: i32) -> i32 {
-    if seq == i32::MAX { 0 } else { seq + 1 }
-}
-
-impl ProducerState {
-    /// From a `producers` row: `recent` holds (first_seq, last_seq, base_offset, last_offset)
-    /// per batch, oldest first.
-    fn from_row(epoch: i16, recent: &[i64]) -> Result<ProducerState, String> {
-        if !recent.len().is_multiple_of(RECENT_FIELDS)
-            || recent.len() > RECENT_FIELDS * RECENT_BATCHES
-        {
-            return Err(format!("recent holds {} numbers", recent.len()));
-        }
-        let seq = |v: i64| i32::try_from(v).map_err(|_| format!("sequence {v}"));
-        let recent = recent
-            .chunks_exact(RECENT_FIELDS)
-            .map(|c| {
-                Ok(Remembered {
-                    first_seq: seq(c[0])?,
-                    last_seq: seq(c[1])?,
-                    base_offset: c[2],
-                    last_offset: c[3],
-                })
-            })
-            .collect::<Result<_, String>>()?;
-        Ok(ProducerState { epoch, recent })
-    }
-
-    fn write_recent(&self, out: &mut Vec<i64>) {
-        for r in &self.recent {
-            out.extend([
-                i64::from(r.first_seq),
-                i64::from(r.last_seq),
-                r.base_offset,
-                r.last_offset,
-            ]);
-        }
-    }
-
-    /// Records an appended batch; a new epoch forgets the old epoch's batches.
-    fn record(&mut self, seq: &ProducerSeq, base_offset: i64, last_offset: i64) {
-        if seq.epoch != self.epoch {
-            self.recent.clear();
-            self.epoch = seq.epoch;
-        }
-        if self.recent.len() == RECENT_BATCHES {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(Remembered {
-            first_seq: seq.first_seq,
-            last_seq: seq.last_seq,
-            base_offset,
-            last_offset,
-        });
-    }
-}
-
-/// The decision table, row by row as in `sluice-broker`'s `producers.rs`.
-fn check(state: Option<&ProducerState>, seq: &ProducerSeq) -> Verdict {
-    let Some(state) = state else {
-        return if seq.first_seq == 0 {
-            Verdict::Append
-        } else {
-            Verdict::Refuse(BatchOutcome::UnknownProducer {
-                first_seq: seq.first_seq,
-            })
-        };
-    };
-    if seq.epoch < state.epoch {
-        return Verdict::Refuse(BatchOutcome::InvalidProducerEpoch {
-            epoch: seq.epoch,
-            current: state.epoch,
-        });
-    }
-    if seq.epoch > state.epoch {
-        return if seq.first_seq == 0 {
-            Verdict::Append
-        } else {
-            Verdict::Refuse(BatchOutcome::NewEpochNotAtZero {
-                epoch: seq.epoch,
-                first_seq: seq.first_seq,
-            })
-        };
-    }
-    if let Some(b) = state
-        .recent
-        .iter()
-        .find(|b| b.first_seq == seq.first_seq && b.last_seq == seq.last_seq)
-    {
-        return Verdict::Duplicate {
-            base_offset: b.base_offset,
-            last_offset: b.last_offset,
-        };
-    }
-    let expected = state.recent.back().map_or(0, |b| next_seq(b.last_seq));
-    if seq.first_seq == expected {
-        Verdict::Append
-    } else {
-        Verdict::Refuse(BatchOutcome::OutOfOrderSequence {
-            expected,
-            first_seq: seq.first_seq,
-        })
-    }
-}
-
-/// One `sluice.batches` row: consecutive accepted batches of one partition, contiguous in the
-/// object's bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct IndexRow {
-    topic_id: Uuid,
-    partition: i32,
-    base_offset: i64,
-    last_offset: i64,
-    byte_start: i64,
-    byte_len: i32,
-    batch_count: i32,
-    max_timestamp: i64,
-}
-
-/// Everything one commit writes.
-#[derive(Debug, Default)]
-struct Applied {
-    /// One per batch, in request order.
-    outcomes: Vec<BatchOutcome>,
-    rows: Vec<IndexRow>,
-    /// The final state of every producer that appended.
-    producers: BTreeMap<ProducerKey, ProducerState>,
-    /// The new next offset of every partition that advanced.
-    advanced: BTreeMap<PartitionKey, i64>,
-}
-
-/// Decides every batch of `req` in order against the locked partitions and the producers'
-/// state; each batch sees the state the ones before it left.
-fn apply(
-    req: &CommitRequest,
-    partitions: &HashMap<PartitionKey, PartitionState>,
-    mut producers: HashMap<ProducerKey, ProducerState>,
-) -> Result<Applied, String> {
-    let mut applied = Applied {
-        outcomes: Vec::with_capacity(req.batches.len()),
-        ..Applied::default()
-    };
-    // Per partition: its next offset so far, and its open index row (the last one, if the
-    // partition's previous batch in this object was accepted into it).
-    let mut next: HashMap<PartitionKey, i64> = HashMap::new();
-    let mut open_row: HashMap<PartitionKey, usize> = HashMap::new();
-    for (i, b) in req.batches.iter().enumerate() {
-        let pkey = (b.topic_id, b.partition);
-        let Some(partition) = partitions.get(&pkey) else {
-            applied.outcomes.push(BatchOutcome::UnknownTopicOrPartition);
-            continue;
-        };
-        if let Some(seq) = &b.producer {
-            let key = (b.topic_id, b.partition, seq.producer_id);
-            match check(producers.get(&key), seq) {
-                Verdict::Append => {}
-                Verdict::Duplicate {
-                    base_offset,
-                    last_offset,
-                } => {
-                    applied.outcomes.push(BatchOutcome::Duplicate {
-                        base_offset,
-                        last_offset,
-                    });
-                    open_row.remove(&pkey);
-                    continue;
-                }
-                Verdict::Refuse(outcome) => {
-                    applied.outcomes.push(outcome);
-                    open_row.remove(&pkey);
-                    continue;
-                }
-            }
-        }
-        let next_offset = next.entry(pkey).or_insert(partition.next_offset);
-        let base_offset = *next_offset;
-        let last_offset = base_offset
-            .checked_add(i64::from(b.records) - 1)
-            .filter(|l| *l < i64::MAX)
-            .ok_or_else(|| {
-                format!(
-                    "batch {i}: partition {}/{} is full",
-                    b.topic_id, b.partition
-                )
-            })?;
-        *next_offset = last_offset + 1;
-        applied.advanced.insert(pkey, last_offset + 1);
-        if let Some(seq) = &b.producer {
-            let key = (b.topic_id, b.partition, seq.producer_id);
-            let state = producers.entry(key).or_insert_with(|| ProducerState {
-                epoch: seq.epoch,
-                recent: VecDeque::new(),
-            });
-            state.record(seq, base_offset, last_offset);
-            applied.producers.insert(key, state.clone());
-        }
-        applied.outcomes.push(BatchOutcome::Appended {
-            base_offset,
-            last_offset,
-            log_start: partition.log_start,
-        });
-        let byte_start = b.byte_start as i64;
-        let byte_len = b.byte_len as i64;
-        let extends = open_row
-            .get(&pkey)
-            .map(|&r| &mut applied.rows[r])
-            .filter(|row| {
-                row.byte_start + i64::from(row.byte_len) == byte_start
-                    && i64::from(row.byte_len) + byte_len <= i64::from(i32::MAX)
-            });
-        match extends {
-            Some(row) => {
-                row.last_offset = last_offset;
-                row.byte_len += byte_len as i32;
-                row.batch_count += 1;
-                row.max_timestamp = row.max_timestamp.max(b.max_timestamp);
-            }
-            None => {
-                let byte_len = i32::try_from(byte_len)
-                    .map_err(|_| format!("batch {i} is {byte_len} bytes long"))?;
-                open_row.insert(pkey, applied.rows.len());
-                applied.rows.push(IndexRow {
-                    topic_id: b.topic_id,
-                    partition: b.partition,
-                    base_offset,
-                    last_offset,
-                    byte_start,
-                    byte_len,
-                    batch_count: 1,
-                    max_timestamp: b.max_timestamp,
-                });
-            }
-        }
-    }
-    Ok(applied)
-}
-
-// ---------------------------------------------------------------------------------------------
-// The stored outcomes (`objects.outcomes`): a version byte, the number of outcomes (u32), then
-// per batch a tag byte and its fields; big-endian.
-
-const OUTCOMES_VERSION: u8 = 1;
-
-fn encode_outcomes(outcomes: &[BatchOutcome]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + outcomes.len() * 17);
-    out.push(OUTCOMES_VERSION);
-    // At most BATCHES_PER_COMMIT_MAX.
-    out.extend((outcomes.len() as u32).to_be_bytes());
-    for o in outcomes {
-        match *o {
-            BatchOutcome::Appended {
-                base_offset,
-                last_offset,
-                log_start,
-            } => {
-                out.push(0);
-                out.extend(base_offset.to_be_bytes());
-                out.extend(last_offset.to_be_bytes());
-                out.extend(log_start.to_be_bytes());
-            }
-            BatchOutcome::Duplicate {
-                base_offset,
-                last_offset,
-            } => {
-                out.push(1);
-                out.extend(base_offset.to_be_bytes());
-                out.extend(last_offset.to_be_bytes());
-            }
-            BatchOutcome::OutOfOrderSequence {
-                expected,
-                first_seq,
-            } => {
-                out.push(2);
-                out.extend(expected.to_be_bytes());
-                out.extend(first_seq.to_be_bytes());
-            }
-            BatchOutcome::UnknownProducer { first_seq } => {
-                out.push(3);
-                out.extend(first_seq.to_be_bytes());
-            }
-            BatchOutcome::InvalidProducerEpoch { epoch, current } => {
-                out.push(4);
-                out.extend(epoch.to_be_bytes());
-                out.extend(current.to_be_bytes());
-            }
-            BatchOutcome::NewEpochNotAtZero { epoch, first_seq } => {
-                out.push(5);
-                out.extend(epoch.to_be_bytes());
-                out.extend(first_seq.to_be_bytes());
-            }
-            BatchOutcome::UnknownTopicOrPartition => out.push(6),
-        }
-    }
-    out
-}
-
-fn decode_outcomes(bytes: &[u8]) -> Result<Vec<BatchOutcome>, String> {
-    struct Reader<'a>(&'a [u8]);
-    impl Reader<'_> {
-        fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
-            let (head, rest) = self
-                .0
-                .split_first_chunk::<N>()
-                .ok_or_else(|| "truncated".to_string())?;
-            self.0 = rest;
-            Ok(*head)
-        }
-        fn i64(&mut self) -> Result<i64, String> {
-            self.take().map(i64::from_be_bytes)
-        }
-        fn i32(&mut self) -> Result<i32, String> {
-            self.take().map(i32::from_be_bytes)
-        }
-        fn i16(&mut self) -> Result<i16, String> {
-            self.take().map(i16::from_be_bytes)
-        }
-    }
-    let mut r = Reader(bytes);
-    let [version] = r.take()?;
-    if version != OUTCOMES_VERSION {
-        return Err(format!("version {version}"));
-    }
-    let count = u32::from_be_bytes(r.take()?) as usize;
-    if count > BATCHES_PER_COMMIT_MAX {
-        return Err(format!("{count} outcomes"));
-    }
-    let mut outcomes = Vec::with_capacity(count);
-    for _ in 0..count {
-        let [tag] = r.take()?;
-        outcomes.push(match tag {
-            0 => BatchOutcome::Appended {
-                base_offset: r.i64()?,
-                last_offset: r.i64()?,
-                log_start: r.i64()?,
-            },
-            1 => BatchOutcome::Duplicate {
-                base_offset: r.i64()?,
-                last_offset: r.i64()?,
-            },
-            2 => BatchOutcome::OutOfOrderSequence {
-                expected: r.i32()?,
-                first_seq: r.i32()?,
-            },
-            3 => BatchOutcome::UnknownProducer {
-                first_seq: r.i32()?,
-            },
-            4 => BatchOutcome::InvalidProducerEpoch {
-                epoch: r.i16()?,
-                current: r.i16()?,
-            },
-            5 => BatchOutcome::NewEpochNotAtZero {
-                epoch: r.i16()?,
-                first_seq: r.i32()?,
-            },
-            6 => BatchOutcome::UnknownTopicOrPartition,
-            other => return Err(format!("outcome tag {other}")),
-        });
-    }
-    if !r.0.is_empty() {
-        return Err(format!("{} bytes after the last outcome", r.0.len()));
-    }
-    Ok(outcomes)
 }
 
 #[cfg(test)]

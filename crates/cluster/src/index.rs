@@ -391,7 +391,10 @@ async fn listen_once(
                             Ok(Ok(_)) => break,
                             Ok(Err(e)) => return Err(e),
                             Err(_) => {
-                                tracing::warn!(timeout = ?LISTENER_PING_TIMEOUT, "commit listener: no answer to a ping");
+                                tracing::warn!(
+                                    timeout = ?LISTENER_PING_TIMEOUT,
+                                    "commit listener: no answer to a ping"
+                                );
                                 return Ok(());
                             }
                         },

@@ -1,6 +1,10 @@
 //! The pure parts of a commit: the producer decision table, deciding and coalescing batches,
 //! the stored outcomes and the notification payload.
 
+use std::collections::VecDeque;
+
+use super::decide::*;
+use super::outcomes::*;
 use super::*;
 
 fn seq(producer_id: i64, epoch: i16, first_seq: i32, last_seq: i32) -> ProducerSeq {
