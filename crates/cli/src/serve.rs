@@ -152,13 +152,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     tracing::warn!("no HTTP API keys configured: the HTTP API on {bound} accepts every request");
                 }
                 tracing::info!("http listening on {bound}");
-                let storage = backend.clone().map(|b| {
-                    let ready = b.clone();
-                    sluice_http::StorageHooks {
-                        series: Arc::new(move || b.render_metrics()),
-                        not_ready: Arc::new(move || ready.not_ready()),
+                let storage = match (&backend, &joined) {
+                    (Some(b), _) => {
+                        let (b, ready) = (b.clone(), b.clone());
+                        Some(sluice_http::StorageHooks {
+                            series: Arc::new(move || b.render_metrics()),
+                            not_ready: Arc::new(move || ready.not_ready()),
+                        })
                     }
-                });
+                    (None, Some(j)) => {
+                        let (s, ready) = (Arc::clone(&j.store), Arc::clone(&j.store));
+                        Some(sluice_http::StorageHooks {
+                            series: Arc::new(move || s.render_metrics()),
+                            not_ready: Arc::new(move || ready.not_ready()),
+                        })
+                    }
+                    (None, None) => None,
+                };
                 let state = AppState::with_storage(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone(), storage);
                 Some(tokio::spawn(sluice_http::serve(listener, state)))
             }

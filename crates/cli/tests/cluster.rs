@@ -83,6 +83,14 @@ fn written_through_one_broker_read_through_another() {
     assert_eq!(watermarks(&a), vec![10, 10, 10]);
     assert_eq!(watermarks(&b), vec![10, 10, 10]);
 
+    // The brokers' own series: commits, their durations, the live registration.
+    assert!(a.metric("sluice_cluster_commits_total") >= 1.0);
+    assert!(a.metric("sluice_cluster_commit_duration_seconds_count") >= 1.0);
+    assert_eq!(b.metric("sluice_cluster_registration_live"), 1.0);
+    assert_eq!(b.metric("sluice_cluster_batches_refused_total"), 0.0);
+    let ready = reqwest::blocking::get(format!("{}/readyz", b.http_url())).unwrap();
+    assert_eq!(ready.status(), 200);
+
     // Every broker lists both.
     let listing = kcat(&["-b", &b.bootstrap(), "-L"], "");
     assert!(listing.contains("2 brokers"), "{listing}");

@@ -15,7 +15,14 @@
 //! | topics, partitions, configs, producer ids | `sluice.topics`, `sluice.partitions` | [`catalog`] |
 //! | which bytes of which object hold which offsets | `sluice.objects`, `sluice.batches` | [`commit`], [`index`] |
 //! | idempotent-producer sequence state | `sluice.producers` | [`commit`] |
-//! | group coordinators, committed offsets, group state | `sluice.group_*` | [`groups`] |
+//! | group coordinators, committed offsets, group state | `sluice.group_*` | [`groups`], [`group_owner`] |
+//! | topic catalog version | `sluice.catalog_version` | [`catalog`] |
+//!
+//! Above them: [`store`] is cluster mode's partition storage (the flusher's commit step, the
+//! index rows and objects behind every read), and [`meta`] the broker's view of the cluster
+//! (`sluice_broker::cluster::ClusterMeta`). `sluice serve` joins them in
+//! `crates/cli/src/cluster_mode.rs`; [`docs/cluster.md`](../../../docs/cluster.md) is the
+//! operator's guide.
 //!
 //! ## The commit protocol
 //!
@@ -26,8 +33,10 @@
 //! fenced), checks each idempotent batch's sequence against `sluice.producers` (a producer
 //! may have moved from another broker), assigns each accepted batch the partition's next
 //! offsets (`sluice.partitions.next_offset`), records where each batch lives
-//! (`sluice.batches`) and sends one `NOTIFY` so long-polling fetches on every broker wake.
-//! Only then are the produce requests answered. Readers serve a batch's bytes from the object
+//! (`sluice.batches`); right after it commits, a small transaction of its own sends one
+//! `NOTIFY` so long-polling fetches on every broker wake (inside the commit it would make
+//! every commit in the cluster wait for the others' disk flushes one at a time). Only then
+//! are the produce requests answered. Readers serve a batch's bytes from the object
 //! with its base offset rewritten to the committed one (the batch CRC does not cover it).
 //!
 //! A commit is idempotent by object key: a commit retried after a lost answer returns the

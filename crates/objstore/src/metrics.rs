@@ -17,9 +17,23 @@ fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std:
 /// The series of `backend`, as Prometheus text.
 pub fn render(backend: &ObjectBackend) -> String {
     let mut out = String::with_capacity(4096);
-    let f = backend.flusher().stats();
-    let c = backend.cache().stats();
-    let o = &mut out;
+    render_flush_and_cache(
+        &mut out,
+        &backend.flusher().stats(),
+        &backend.cache().stats(),
+    );
+    render_maintenance_and_lease(&mut out, backend);
+    out
+}
+
+/// The flusher's and the read cache's series (shared with cluster mode, whose brokers run
+/// both too).
+pub fn render_flush_and_cache(
+    out: &mut String,
+    f: &crate::flush::FlushStats,
+    c: &crate::cache::CacheStats,
+) {
+    let o = out;
     single(
         o,
         "sluice_object_puts_total",
@@ -153,8 +167,11 @@ pub fn render(backend: &ObjectBackend) -> String {
         "Reads that joined a GET already under way.",
         c.single_flight_joins,
     );
+}
+
+/// The maintenance task's and the writer lease's series (single-broker object mode only).
+fn render_maintenance_and_lease(o: &mut String, backend: &ObjectBackend) {
     let m = backend.maintenance_stats();
-    let o = &mut out;
     single(
         o,
         "sluice_object_checkpoints_written_total",
@@ -212,5 +229,4 @@ pub fn render(backend: &ObjectBackend) -> String {
         "The writer lease's epoch (fencing generation) held.",
         epoch,
     );
-    out
 }

@@ -3,7 +3,10 @@
 //! becomes the object's [`Receipt`], which each append reads its batches' outcomes from.
 
 use std::collections::HashMap;
+use std::fmt::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -49,6 +52,93 @@ pub trait Committed: Send + Sync + 'static {
     fn committed(&self, object: &CommittedObject, receipt: &CommitReceipt);
 }
 
+/// Upper bounds (ms) of the commit-duration histogram's buckets: a healthy commit takes a
+/// few ms; the upper buckets show a PostgreSQL that is slow or waiting on locks.
+pub const COMMIT_BUCKETS_MS: [u64; 12] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
+
+/// What this broker's commits did, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CommitCounters {
+    commits: AtomicU64,
+    failures: AtomicU64,
+    batches: AtomicU64,
+    refused: AtomicU64,
+    /// Commits per bucket of [`COMMIT_BUCKETS_MS`] (not cumulative), the last for longer.
+    buckets: [AtomicU64; COMMIT_BUCKETS_MS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl CommitCounters {
+    fn record(&self, took: std::time::Duration, outcomes: &[BatchOutcome]) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        let ms = took.as_millis() as u64;
+        let bucket = COMMIT_BUCKETS_MS
+            .iter()
+            .position(|&b| ms < b)
+            .unwrap_or(COMMIT_BUCKETS_MS.len());
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        let refused = outcomes.iter().filter(|o| !o.is_committed()).count() as u64;
+        self.batches
+            .fetch_add(outcomes.len() as u64 - refused, Ordering::Relaxed);
+        self.refused.fetch_add(refused, Ordering::Relaxed);
+    }
+
+    /// The series, as Prometheus text.
+    pub fn render(&self, out: &mut String) {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let single = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {value}");
+        };
+        single(
+            out,
+            "sluice_cluster_commits_total",
+            "Flush objects committed in PostgreSQL by this broker.",
+            get(&self.commits),
+        );
+        single(
+            out,
+            "sluice_cluster_commit_failures_total",
+            "Commit attempts that failed (retried until the object's deadline).",
+            get(&self.failures),
+        );
+        single(
+            out,
+            "sluice_cluster_batches_committed_total",
+            "Produce batches given offsets by this broker's commits (duplicates included).",
+            get(&self.batches),
+        );
+        single(
+            out,
+            "sluice_cluster_batches_refused_total",
+            "Produce batches the commit refused (idempotent sequence or epoch, unknown partition).",
+            get(&self.refused),
+        );
+        let name = "sluice_cluster_commit_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time of one commit transaction, as this broker saw it."
+        );
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, le) in COMMIT_BUCKETS_MS.iter().enumerate() {
+            cumulative += get(&self.buckets[i]);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{}\"}} {cumulative}",
+                *le as f64 / 1000.0
+            );
+        }
+        cumulative += get(&self.buckets[COMMIT_BUCKETS_MS.len()]);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum {}", get(&self.sum_us) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {cumulative}");
+    }
+}
+
 /// The commit step of one broker.
 pub struct CommitStep {
     pub db: Db,
@@ -58,6 +148,7 @@ pub struct CommitStep {
     /// the storage URL's prefix: the flusher's key minus this).
     pub key_prefix: String,
     pub committed: Arc<dyn Committed>,
+    pub counters: Arc<CommitCounters>,
 }
 
 impl std::fmt::Debug for CommitStep {
@@ -78,6 +169,7 @@ impl ObjectCommitter for CommitStep {
         let db = self.db.clone();
         let (broker_id, instance) = (self.broker_id, self.instance);
         let committed = Arc::clone(&self.committed);
+        let counters = Arc::clone(&self.counters);
         let object = object.clone();
         async move {
             let (batches, provisional) = described.map_err(CommitFailure::GiveUp)?;
@@ -88,15 +180,21 @@ impl ObjectCommitter for CommitStep {
                 size_bytes: object.bytes.len() as u64,
                 batches,
             };
-            let outcomes = crate::commit::commit_object(&db, &req)
-                .await
-                .map_err(|e| match e {
-                    CommitError::Fenced { .. } => CommitFailure::Final(FlushError::Fenced {
-                        detail: e.to_string(),
-                    }),
-                    e if e.is_retriable() => CommitFailure::Retry(e.to_string()),
-                    e => CommitFailure::GiveUp(e.to_string()),
-                })?;
+            let started = Instant::now();
+            let outcomes = crate::commit::commit_object(&db, &req).await;
+            match &outcomes {
+                Ok(outcomes) => counters.record(started.elapsed(), outcomes),
+                Err(_) => {
+                    counters.failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let outcomes = outcomes.map_err(|e| match e {
+                CommitError::Fenced { .. } => CommitFailure::Final(FlushError::Fenced {
+                    detail: e.to_string(),
+                }),
+                e if e.is_retriable() => CommitFailure::Retry(e.to_string()),
+                e => CommitFailure::GiveUp(e.to_string()),
+            })?;
             let mut receipt = CommitReceipt::default();
             for ((topic, partition, base), outcome) in provisional.into_iter().zip(outcomes) {
                 receipt

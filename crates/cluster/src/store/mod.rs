@@ -20,7 +20,7 @@
 mod commit_step;
 mod partition;
 
-pub use commit_step::{CommitReceipt, CommitStep, Committed};
+pub use commit_step::{COMMIT_BUCKETS_MS, CommitCounters, CommitReceipt, CommitStep, Committed};
 pub use partition::ClusterPartition;
 
 use std::collections::HashMap;
@@ -120,6 +120,8 @@ impl Core {
 /// [`ClusterStore::shutdown`] first to let the objects being written finish.
 pub struct ClusterStore {
     core: Arc<Core>,
+    counters: Arc<CommitCounters>,
+    status: watch::Receiver<RegistryStatus>,
     tasks: Vec<JoinHandle<()>>,
     _listener: Arc<CommitListener>,
 }
@@ -215,7 +217,9 @@ impl ClusterStore {
         let (lease_tx, lease_rx) = watch::channel(lease_status(&writer.status.borrow(), epoch));
         let clock: Arc<dyn LeaseClock> = Arc::new(now_ms);
         let own = Arc::new(OwnCommitsSlot::default());
+        let counters = Arc::new(CommitCounters::default());
         let step = CommitStep {
+            counters: Arc::clone(&counters),
             db: db.clone(),
             broker_id: writer.broker_id,
             instance: writer.instance,
@@ -280,6 +284,8 @@ impl ClusterStore {
         )));
         Ok(ClusterStore {
             core,
+            counters,
+            status: writer.status.clone(),
             tasks,
             _listener: listener,
         })
@@ -294,6 +300,52 @@ impl ClusterStore {
     /// The flusher's counters.
     pub fn flush_stats(&self) -> sluice_objstore::FlushStats {
         self.core.flusher.stats()
+    }
+
+    /// This broker's series for `/metrics`: the flusher's and read cache's (named as in
+    /// object mode), the commits', and whether its registration is live.
+    pub fn render_metrics(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        sluice_objstore::metrics::render_flush_and_cache(
+            &mut out,
+            &self.core.flusher.stats(),
+            &self.core.cache.stats(),
+        );
+        self.counters.render(&mut out);
+        let live = u8::from(self.status.borrow().is_live_at(tokio::time::Instant::now()));
+        let name = "sluice_cluster_registration_live";
+        use std::fmt::Write;
+        let _ = writeln!(
+            out,
+            "# HELP {name} 1 while this broker's registry lease is live and it may acknowledge writes."
+        );
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name} {live}");
+        out
+    }
+
+    /// Why this broker cannot acknowledge writes now, as `(status, error)` for `/readyz`:
+    /// its registry lease lapsed (renewals failing), it was fenced, or it deregistered.
+    pub fn not_ready(&self) -> Option<(&'static str, String)> {
+        match &*self.status.borrow() {
+            RegistryStatus::Live { valid_until } if tokio::time::Instant::now() < *valid_until => {
+                None
+            }
+            RegistryStatus::Live { .. } => Some((
+                "registration_lapsed",
+                "the registry lease ran out before its renewal was answered".into(),
+            )),
+            RegistryStatus::Lapsed { error } => Some((
+                "registration_lapsed",
+                format!(
+                    "renewals of the registry lease fail ({error}); produce waits until one succeeds"
+                ),
+            )),
+            RegistryStatus::Fenced { reason } => Some(("registration_fenced", reason.clone())),
+            RegistryStatus::Deregistered => {
+                Some(("deregistered", "the broker is shutting down".into()))
+            }
+        }
     }
 
     /// The read cache's counters.
