@@ -147,7 +147,7 @@ impl Db {
         config.connect_timeout(settings.connect_timeout);
         config.application_name("sluice");
         config.options(format!(
-            "-c search_path={SCHEMA} -c statement_timeout={}",
+            "-c search_path={SCHEMA} -c statement_timeout={} -c client_min_messages=warning",
             settings.statement_timeout.as_millis()
         ));
         let manager = Manager::from_config(

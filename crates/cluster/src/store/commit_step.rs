@@ -24,7 +24,18 @@ use crate::commit::{BatchOutcome, CommitBatch, CommitError, CommitRequest, Produ
 /// one this broker gave it) and its outcome, in object order.
 #[derive(Debug, Default)]
 pub struct CommitReceipt {
-    pub partitions: HashMap<(TopicId, i32), Vec<(i64, BatchOutcome)>>,
+    pub partitions: HashMap<(TopicId, i32), Vec<ReceiptBatch>>,
+}
+
+/// One batch of a committed object: its provisional base offset, what the commit answered,
+/// and where its bytes are in the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiptBatch {
+    pub provisional_base: i64,
+    pub outcome: BatchOutcome,
+    pub byte_start: u64,
+    pub byte_len: u32,
+    pub max_timestamp: i64,
 }
 
 impl CommitReceipt {
@@ -41,8 +52,8 @@ impl CommitReceipt {
             .get(&(topic, partition))
             .into_iter()
             .flatten()
-            .filter(move |(base, _)| (first..=last).contains(base))
-            .map(|(_, outcome)| outcome)
+            .filter(move |b| (first..=last).contains(&b.provisional_base))
+            .map(|b| &b.outcome)
     }
 }
 
@@ -196,12 +207,20 @@ impl ObjectCommitter for CommitStep {
                 e => CommitFailure::GiveUp(e.to_string()),
             })?;
             let mut receipt = CommitReceipt::default();
-            for ((topic, partition, base), outcome) in provisional.into_iter().zip(outcomes) {
+            for (((topic, partition, base), outcome), batch) in
+                provisional.into_iter().zip(outcomes).zip(&req.batches)
+            {
                 receipt
                     .partitions
                     .entry((topic, partition))
                     .or_default()
-                    .push((base, outcome));
+                    .push(ReceiptBatch {
+                        provisional_base: base,
+                        outcome,
+                        byte_start: batch.byte_start,
+                        byte_len: batch.byte_len,
+                        max_timestamp: batch.max_timestamp,
+                    });
             }
             committed.committed(&object, &receipt);
             Ok(Receipt(Arc::new(receipt)))

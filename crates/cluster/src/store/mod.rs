@@ -20,7 +20,9 @@
 mod commit_step;
 mod partition;
 
-pub use commit_step::{COMMIT_BUCKETS_MS, CommitCounters, CommitReceipt, CommitStep, Committed};
+pub use commit_step::{
+    COMMIT_BUCKETS_MS, CommitCounters, CommitReceipt, CommitStep, Committed, ReceiptBatch,
+};
 pub use partition::ClusterPartition;
 
 use std::collections::HashMap;
@@ -96,6 +98,8 @@ pub(crate) struct Core {
     /// Every partition's (log start, next offset) as read at start, taken by the first open.
     initial_bounds: Mutex<HashMap<(TopicId, i32), (i64, i64)>>,
     pub(crate) url_label: String,
+    /// The storage prefix object keys are relative to.
+    key_prefix: String,
 }
 
 impl Core {
@@ -142,18 +146,37 @@ impl Committed for OwnCommits {
         let Some(core) = self.0.upgrade() else {
             return;
         };
-        let _ = object;
-        for ((topic, partition), outcomes) in &receipt.partitions {
-            let end = outcomes
-                .iter()
-                .filter_map(|(_, o)| match o {
-                    crate::commit::BatchOutcome::Appended { last_offset, .. } => {
-                        Some(last_offset + 1)
-                    }
-                    _ => None,
-                })
-                .max();
-            if let (Some(end), Some(p)) = (end, core.partition(*topic, *partition)) {
+        // The rows this commit added, known without asking PostgreSQL: a reader at the tail
+        // of a partition written through this broker needs no index read (and, with the
+        // object in the memory cache, no GET).
+        let object_id = core.object_id(&commit_step::relative_key(
+            object.key.as_ref(),
+            &core.key_prefix,
+        ));
+        for ((topic, partition), batches) in &receipt.partitions {
+            let Some(p) = core.partition(*topic, *partition) else {
+                continue;
+            };
+            let mut end = None;
+            for b in batches {
+                if let crate::commit::BatchOutcome::Appended {
+                    base_offset,
+                    last_offset,
+                    ..
+                } = b.outcome
+                {
+                    p.add_row(partition::Row {
+                        base_offset,
+                        last_offset,
+                        object: object_id,
+                        start: b.byte_start,
+                        len: b.byte_len,
+                        max_timestamp: b.max_timestamp,
+                    });
+                    end = Some(last_offset + 1);
+                }
+            }
+            if let Some(end) = end {
                 p.advance(end, None);
             }
         }
@@ -252,6 +275,7 @@ impl ClusterStore {
             partitions: Mutex::new(HashMap::new()),
             initial_bounds: Mutex::new(initial_bounds),
             url_label,
+            key_prefix: key_prefix.clone(),
         });
         *sink.core.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&core);
         own.set(Arc::downgrade(&core));

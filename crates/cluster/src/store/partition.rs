@@ -32,13 +32,13 @@ pub const ROWS_KEPT_MAX: usize = 8192;
 
 /// An index row, with its object named by the read cache's id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Row {
-    base_offset: i64,
-    last_offset: i64,
-    object: u64,
-    start: u64,
-    len: u32,
-    max_timestamp: i64,
+pub(crate) struct Row {
+    pub(crate) base_offset: i64,
+    pub(crate) last_offset: i64,
+    pub(crate) object: u64,
+    pub(crate) start: u64,
+    pub(crate) len: u32,
+    pub(crate) max_timestamp: i64,
 }
 
 impl Row {
@@ -162,6 +162,17 @@ impl ClusterPartition {
         drop(st);
         if moved {
             self.changed.notify_waiters();
+        }
+    }
+
+    /// Remembers an index row this broker's own commit added (one batch's).
+    pub(crate) fn add_row(&self, row: Row) {
+        let mut st = self.lock();
+        if row.last_offset >= st.log_start {
+            st.rows.insert(row.last_offset, row);
+            while st.rows.len() > ROWS_KEPT_MAX {
+                st.rows.pop_first();
+            }
         }
     }
 
