@@ -190,6 +190,8 @@ measure() {
     > "$dir.txt" 2>&1 || { echo "error: sluice bench failed; see $dir.txt" >&2; exit 1; }
   cpu1="$(brokers_cpu)"; pg1="$(pg_cpu)"; x1="$(pg_xacts)"; h1="$(commit_histogram)"
   stop_brokers
+  # MinIO refuses writes near a full disk: each run's objects go when it is measured.
+  rm -rf "$tmp/minio/$bucket/run$run_seq" "$tmp"/data-"$run_seq"-*
   python3 - "$(find "$dir" -name results.csv | head -1)" "$n" "$round" "$cpu0" "$cpu1" "$pg0" "$pg1" \
     "$x0" "$x1" "$h0" "$h1" "$warmup_s" "$duration_s" >> "$csv" <<'EOF'
 import csv, sys
@@ -287,6 +289,7 @@ back = next((t for t, r in after if t > t_kill + 0.5 and r >= 0.9 * target), Non
 print(",".join([rnd, f"{target:.0f}", str(kill.get("broker")), f"{back - t_kill:.1f}" if back else "", f"{low:.0f}"]))
 EOF
     tail -1 "$out/kill.csv" >&2
+    rm -rf "$tmp/minio/$bucket/kill$run_seq" "$tmp"/data-kill-"$run_seq"-*
   done
 fi
 echo "results: $out" >&2
