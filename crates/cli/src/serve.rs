@@ -39,7 +39,7 @@ pub struct ServeArgs {
     /// max_message_bytes, group_initial_rebalance_delay_ms,
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max,
     /// storage, object_linger_ms, object_max_bytes, object_puts_in_flight,
-    /// object_put_timeout_ms, cache_bytes)
+    /// object_put_timeout_ms, cache_bytes, metadata, rack)
     #[arg(long, env = "SLUICE_CONFIG")]
     config: Option<PathBuf>,
     // Every other setting; each is a flag, a `SLUICE_*` variable and a TOML key.
