@@ -21,7 +21,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use sluice_log::batch::BatchView;
@@ -35,7 +35,7 @@ use crate::backend::Core;
 use crate::format::{RunEntry, TopicId};
 use crate::index::RunLocation;
 use crate::meta::{MetaChange, ProducerBatch};
-use crate::reader::{batches_from, verify_run};
+use crate::reader::{batches_from, join_parts, verify_run};
 
 /// One partition of a topic kept in the bucket.
 pub struct ObjectPartition {
@@ -399,17 +399,7 @@ impl PartitionStorage for ObjectPartition {
             total += part.len();
             parts.push(part);
         }
-        let records = match parts.len() {
-            0 => Bytes::new(),
-            1 => parts.pop().expect("one part"),
-            _ => {
-                let mut all = BytesMut::with_capacity(total);
-                for p in &parts {
-                    all.extend_from_slice(p);
-                }
-                all.freeze()
-            }
-        };
+        let records = join_parts(parts, total);
         Ok(ReadResult {
             records,
             high_watermark,

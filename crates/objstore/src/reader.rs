@@ -531,6 +531,22 @@ fn run_mismatch(at: u64, batches: u32, detail: &'static str) -> ObjectError {
     )
 }
 
+/// The parts of a read (whole batches from consecutive runs) as one buffer of `total` bytes:
+/// no copy for none or one part.
+pub fn join_parts(mut parts: Vec<bytes::Bytes>, total: usize) -> bytes::Bytes {
+    match parts.len() {
+        0 => bytes::Bytes::new(),
+        1 => parts.pop().expect("one part"),
+        _ => {
+            let mut all = bytes::BytesMut::with_capacity(total);
+            for p in &parts {
+                all.extend_from_slice(p);
+            }
+            all.freeze()
+        }
+    }
+}
+
 /// Cuts a run (checked with [`verify_run`]) at the batch holding `offset`: the returned bytes
 /// start with that batch (or the first batch after `offset` when it falls in a gap left by
 /// compaction) and go to the run's end. `None` when every batch ends before `offset`.

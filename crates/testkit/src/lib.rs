@@ -209,19 +209,9 @@ impl MinioServer {
     /// Stops MinIO gracefully: SIGTERM, then SIGKILL if it has not exited within
     /// [`STOP_TIMEOUT`]. Does nothing if it is not running.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        signal(&child, libc::SIGTERM);
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.take() {
+            end_child(child, libc::SIGTERM, STOP_TIMEOUT);
         }
-        signal(&child, libc::SIGKILL);
-        let _ = child.wait();
     }
 
     /// Kills MinIO at once (SIGKILL by its PID) and reaps it, as a crash would. Does nothing if
@@ -371,6 +361,21 @@ fn all_threads_stopped(pid: u32) -> bool {
         any = true;
     }
     any
+}
+
+/// Sends `sig` to `child`, waits up to `timeout` for it to exit, then SIGKILLs it; reaps it
+/// either way.
+fn end_child(mut child: Child, sig: libc::c_int, timeout: Duration) {
+    signal(&child, sig);
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&child, libc::SIGKILL);
+    let _ = child.wait();
 }
 
 /// Sends `sig` to `child` by its PID. Only called on children not yet reaped, so the PID is

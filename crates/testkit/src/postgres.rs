@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{random_token, signal};
+use crate::{end_child, random_token};
 
 /// How long [`PostgresServer::start`] and [`PostgresServer::restart`] wait for the server to
 /// accept connections. It takes about a second; the bound is generous for a busy 2-core
@@ -180,38 +180,18 @@ impl PostgresServer {
     /// is written out), then SIGKILL if it has not exited within [`PG_STOP_TIMEOUT`]. Does
     /// nothing if it is not running.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        signal(&child, libc::SIGINT);
-        let deadline = Instant::now() + PG_STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.take() {
+            end_child(child, libc::SIGINT, PG_STOP_TIMEOUT);
         }
-        signal(&child, libc::SIGKILL);
-        let _ = child.wait();
     }
 
     /// Ends the server at once, as a crash would: SIGQUIT (immediate shutdown: the postmaster
     /// ends its backends without writing anything out; committed work is recovered from the
     /// WAL at the next start), then SIGKILL if it lingers. Does nothing if it is not running.
     pub fn kill(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        signal(&child, libc::SIGQUIT);
-        let deadline = Instant::now() + PG_STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.take() {
+            end_child(child, libc::SIGQUIT, PG_STOP_TIMEOUT);
         }
-        signal(&child, libc::SIGKILL);
-        let _ = child.wait();
     }
 
     /// Stops the server if it runs, then starts it again on the same directory, port and

@@ -18,6 +18,8 @@ use sluice_objstore::format::TopicId;
 use uuid::Uuid;
 
 use crate::Db;
+use sluice_broker::producers::last_seq;
+
 use crate::commit::{BatchOutcome, CommitBatch, CommitError, CommitRequest, ProducerSeq};
 
 /// What one object's commit answered, by partition: each batch's provisional base offset (the
@@ -281,12 +283,6 @@ fn describe(
         }
     }
     Ok((batches, provisional))
-}
-
-/// The last sequence of a batch of `count` records starting at `first` (sequences wrap at
-/// `i32::MAX`, as Kafka's do).
-fn last_seq(first: i32, count: i32) -> i32 {
-    ((i64::from(first) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)) as i32
 }
 
 #[cfg(test)]

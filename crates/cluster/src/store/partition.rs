@@ -12,7 +12,7 @@ use futures_util::future::BoxFuture;
 use sluice_log::batch::BatchView;
 use sluice_log::{Durable, LogConfig, LogError, ReadResult, Refusal};
 use sluice_objstore::format::{TopicId, patch_base_offsets};
-use sluice_objstore::reader::batches_from;
+use sluice_objstore::reader::{batches_from, join_parts};
 use sluice_storage::{Appended, DurableFuture, PartitionStorage, StorageError};
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -472,17 +472,7 @@ impl PartitionStorage for ClusterPartition {
             total += part.len();
             parts.push(part);
         }
-        let records = match parts.len() {
-            0 => Bytes::new(),
-            1 => parts.pop().expect("one part"),
-            _ => {
-                let mut all = BytesMut::with_capacity(total);
-                for p in &parts {
-                    all.extend_from_slice(p);
-                }
-                all.freeze()
-            }
-        };
+        let records = join_parts(parts, total);
         Ok(ReadResult {
             records,
             high_watermark,
