@@ -22,9 +22,15 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// This broker's id in Metadata responses.
     pub node_id: i32,
-    /// Host and port clients are told to connect to (the bound Kafka listener by default).
+    /// Host and port clients are told to connect to (the bound Kafka listener by default):
+    /// the first listener's, the one a cluster registers.
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// The advertised address of each listener, by the index connections pass in
+    /// [`crate::Caller::listener`]: a client is told the address of the listener it came in on
+    /// (a client on the SSL port gets SSL addresses). Empty, or an index past its end: the
+    /// first listener's, `advertised_host:advertised_port`.
+    pub advertised_listeners: Vec<(String, i32)>,
     pub cluster_id: String,
     /// Create a topic when Metadata asks for an unknown one (and the client allows it).
     pub auto_create_topics: bool,
@@ -58,6 +64,7 @@ impl BrokerConfig {
             node_id: 1,
             advertised_host: "127.0.0.1".to_owned(),
             advertised_port: 9092,
+            advertised_listeners: Vec::new(),
             cluster_id: "sluice".to_owned(),
             auto_create_topics: true,
             default_partitions: 1,
@@ -70,6 +77,14 @@ impl BrokerConfig {
             fetch_max_bytes: FETCH_MAX_BYTES_DEFAULT,
             memory_limit: crate::memory::MEMORY_LIMIT_DEFAULT,
             groups: sluice_groups::GroupConfig::default(),
+        }
+    }
+
+    /// The host and port clients of listener `listener` are told to connect to.
+    pub fn advertised(&self, listener: usize) -> (String, i32) {
+        match self.advertised_listeners.get(listener) {
+            Some((host, port)) => (host.clone(), *port),
+            None => (self.advertised_host.clone(), self.advertised_port),
         }
     }
 

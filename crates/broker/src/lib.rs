@@ -110,6 +110,30 @@ const CATALOG_MISS_REFRESH_WAIT: std::time::Duration = std::time::Duration::from
 /// How often at most the broker logs an event that clients can repeat at will.
 const REPEATED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Who sent a request: what the listener knows of the connection it came in on.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The client's address (the client host that group descriptions report).
+    pub peer: Option<std::net::IpAddr>,
+    /// The index of the listener the connection came in on: its advertised address is the one
+    /// Metadata, FindCoordinator and DescribeCluster answer with
+    /// ([`BrokerConfig::advertised`]).
+    pub listener: usize,
+    /// The authenticated principal, as Kafka writes it: `User:NAME`, or `User:ANONYMOUS` on a
+    /// PLAINTEXT connection or a TLS one without a client certificate.
+    pub principal: Arc<str>,
+}
+
+impl Default for Caller {
+    fn default() -> Self {
+        Caller {
+            peer: None,
+            listener: 0,
+            principal: Arc::from("User:ANONYMOUS"),
+        }
+    }
+}
+
 /// A handled request's response, with the memory that holds its data (a fetch's records)
 /// until it has been written.
 #[derive(Debug)]
@@ -395,18 +419,18 @@ impl Broker {
     /// Work that must happen in request order happens here, before this returns (produce
     /// appends); the future does the waiting (durability, long-poll fetches).
     pub fn handle(self: &Arc<Self>, request: Request) -> BoxFuture<'static, Option<ResponseKind>> {
-        self.handle_from(request, None)
+        self.handle_from(request, &Caller::default())
             .map(|r| r.map(|r| r.body))
             .boxed()
     }
 
-    /// [`Broker::handle`] for a request from `peer` (the client host that group descriptions
-    /// report).
+    /// [`Broker::handle`] for a request from `caller` (its address, listener and principal).
     pub fn handle_from(
         self: &Arc<Self>,
         request: Request,
-        peer: Option<std::net::IpAddr>,
+        caller: &Caller,
     ) -> BoxFuture<'static, Option<Response>> {
+        let peer = caller.peer;
         let version = request.api_version;
         let client_id = request
             .client_id
@@ -431,7 +455,7 @@ impl Broker {
                 .boxed()
             }
             body => self
-                .dispatch(body, version, client_id, client_host)
+                .dispatch(body, version, client_id, client_host, caller.listener)
                 .map(|r| r.map(|body| Response { body, memory: None }))
                 .boxed(),
         }
@@ -444,6 +468,7 @@ impl Broker {
         version: i16,
         client_id: String,
         client_host: String,
+        listener: usize,
     ) -> BoxFuture<'static, Option<ResponseKind>> {
         let this = Arc::clone(self);
         let ready = |response| futures::future::ready(Some(response)).boxed();
@@ -468,7 +493,9 @@ impl Broker {
             RequestKind::ApiVersions(_) => {
                 ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
             }
-            RequestKind::Metadata(req) => handlers::metadata::start(self, req, version, &client_id),
+            RequestKind::Metadata(req) => {
+                handlers::metadata::start(self, req, version, &client_id, listener)
+            }
             RequestKind::CreateTopics(req) => handlers::create_topics::handle(self, req, version),
             RequestKind::DeleteTopics(req) => handlers::delete_topics::handle(self, req, version),
             RequestKind::DescribeConfigs(req) => ready(ResponseKind::DescribeConfigs(
@@ -480,7 +507,7 @@ impl Broker {
             }
             RequestKind::CreatePartitions(req) => handlers::cluster::create_partitions(self, req),
             RequestKind::DescribeCluster(req) => ready(ResponseKind::DescribeCluster(
-                handlers::cluster::describe_cluster(self, req),
+                handlers::cluster::describe_cluster(self, req, listener),
             )),
             RequestKind::ListOffsets(req) => async move {
                 let failed = handlers::list_offsets::prepare(&this, &req).await;
@@ -492,7 +519,7 @@ impl Broker {
             RequestKind::InitProducerId(req) => handlers::init_producer_id::handle(self, req),
             RequestKind::FindCoordinator(req) => async move {
                 Some(ResponseKind::FindCoordinator(
-                    handlers::groups::find_coordinator(&this, req, version).await,
+                    handlers::groups::find_coordinator(&this, req, version, listener).await,
                 ))
             }
             .boxed(),

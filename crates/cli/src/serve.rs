@@ -10,6 +10,8 @@ use sluice_broker::Broker;
 use sluice_http::AppState;
 use sluice_http::auth::Auth;
 
+use sluice_server::listeners::SecurityProtocol;
+
 use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_config_file};
 
 /// Run the broker.
@@ -17,9 +19,15 @@ use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_conf
 /// Example:
 ///   sluice serve --data-dir /var/lib/sluice --kafka-addr 0.0.0.0:9092 --http-addr 127.0.0.1:8080
 ///
+/// TLS (see docs/security.md):
+///   sluice serve --listeners "SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092" \
+///     --tls-cert server.crt --tls-key server.key [--tls-client-ca ca.crt]
+///
 /// Every setting can also come from a TOML file (--config) or an environment variable; flags win
 /// over the environment, which wins over the file. A port of 0 picks a free port; the bound
-/// addresses are logged as `kafka listening on HOST:PORT` and `http listening on HOST:PORT`.
+/// addresses are logged as `kafka listening on HOST:PORT` (followed by ` (SSL)` on an SSL
+/// listener) and `http listening on HOST:PORT`. The TLS files are read again on SIGHUP and
+/// when they change; open connections keep going.
 ///
 /// HTTP API keys live in the config file only, as `[[http_api_keys]]` tables (name, sha256,
 /// read, write, admin; see docs/http-api.md and `sluice api-key new`). The file is read again
@@ -29,7 +37,8 @@ use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_conf
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct ServeArgs {
-    /// TOML config file (keys: data_dir, kafka_addr, http_addr, http_allow_anonymous,
+    /// TOML config file (keys: data_dir, kafka_addr, listeners, advertised_listeners, tls_cert,
+    /// tls_key, tls_client_ca, ssl_principal_mapping_rules, http_addr, http_allow_anonymous,
     /// http_max_body_bytes, http_max_records_per_request, http_max_concurrent_requests,
     /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
     /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
@@ -64,15 +73,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Flags already won over the environment inside clap.
     let Resolved {
         data_dir,
-        kafka_addr,
-        advertised_host,
+        listeners,
+        advertised_listeners,
+        tls,
         http,
         http_config,
         auth,
         mut broker_config,
         server_config,
         storage,
+        advertised_host,
     } = args.settings.or(file).resolve()?;
+    // Bad TLS files stop the start here, before anything binds.
+    let needs_tls = listeners.iter().any(|l| l.protocol.uses_tls());
+    let tls = match tls.filter(|_| needs_tls) {
+        Some(settings) => Some(sluice_server::tls::TlsState::load(settings)?),
+        None => None,
+    };
     raise_open_files_limit(server_config.max_connections, http_config.max_connections);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -88,12 +105,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&kafka_addr)
-            .await
-            .with_context(|| format!("binding the Kafka listener to {kafka_addr}"))?;
-        let bound = listener.local_addr()?;
-        broker_config.advertised_host = advertised_host.unwrap_or_else(|| bound.ip().to_string());
-        broker_config.advertised_port = i32::from(bound.port());
+        let mut kafka = Vec::new();
+        for spec in &listeners {
+            let addr = spec.bind_addr();
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("binding the Kafka listener {spec} to {addr}"))?;
+            let bound = listener.local_addr()?;
+            // The address clients of this listener are told: --advertised-listeners' entry of
+            // its protocol, else the bound port on --advertised-host or the bound IP.
+            let advertised = match advertised_listeners.iter().find(|a| a.protocol == spec.protocol) {
+                Some(a) => (a.bare_host().to_owned(), i32::from(a.port)),
+                None => (
+                    advertised_host.clone().unwrap_or_else(|| bound.ip().to_string()),
+                    i32::from(bound.port()),
+                ),
+            };
+            broker_config.advertised_listeners.push(advertised);
+            kafka.push((listener, bound, spec.protocol));
+        }
+        (broker_config.advertised_host, broker_config.advertised_port) = broker_config.advertised(0);
         let started = std::time::Instant::now();
         // Cluster mode (--metadata): the bucket, PostgreSQL and the registration, then the
         // broker over them. Otherwise one broker, on local disk or on a bucket of its own.
@@ -104,7 +135,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     metadata,
                     &data_dir,
                     &broker_config.advertised_host,
-                    bound.port(),
+                    broker_config.advertised_port as u16,
                 )
                 .await?,
             ),
@@ -174,12 +205,37 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
-        // After the HTTP line: whoever waits for this line has both addresses.
-        tracing::info!("kafka listening on {bound}");
+        // After the HTTP line: whoever waits for this line has both addresses. PLAINTEXT
+        // listeners keep the line scripts parse (`kafka listening on HOST:PORT`); others say
+        // their protocol after it.
+        let limits = sluice_server::limits::ConnectionLimits::new(
+            server_config.max_connections,
+            server_config.max_connections_per_ip,
+        );
+        let mut servers = Vec::new();
+        for (index, (listener, bound, protocol)) in kafka.into_iter().enumerate() {
+            match protocol {
+                SecurityProtocol::Plaintext => tracing::info!("kafka listening on {bound}"),
+                _ => tracing::info!("kafka listening on {bound} ({protocol})"),
+            }
+            let endpoint = sluice_server::Endpoint {
+                index,
+                protocol,
+                tls: tls.clone().filter(|_| protocol.uses_tls()),
+            };
+            servers.push(tokio::spawn(sluice_server::serve(
+                listener,
+                endpoint,
+                Arc::clone(&limits),
+                Arc::clone(&broker),
+                server_config,
+                stop_rx.clone(),
+            )));
+        }
+        let tls_reload = tls.map(|tls| tokio::spawn(tls.watch(stop_rx.clone())));
         let reload = args.config.clone().map(|path| {
             tokio::spawn(reload_keys(path, Arc::clone(&auth), stop_rx.clone()))
         });
-        let server = tokio::spawn(sluice_server::serve(listener, Arc::clone(&broker), server_config, stop_rx.clone()));
         let retention = {
             let broker = Arc::clone(&broker);
             let mut stop = stop_rx.clone();
@@ -198,7 +254,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         wait_for_signal().await;
         tracing::info!("shutting down: closing connections, flushing partitions");
         let _ = stop_tx.send(true);
-        let _ = server.await;
+        for server in servers {
+            let _ = server.await;
+        }
+        if let Some(tls_reload) = tls_reload {
+            let _ = tls_reload.await;
+        }
         if let Some(http) = http {
             match http.await {
                 Ok(Err(e)) => tracing::error!(error = %e, "http listener"),

@@ -22,6 +22,9 @@ use sluice_broker::config::FlushPolicy;
 use sluice_http::HttpConfig;
 use sluice_http::auth::{ApiKeyConfig, Auth};
 use sluice_server::ServerConfig;
+use sluice_server::listeners::{ListenerSpec, SecurityProtocol, parse_listeners};
+use sluice_server::principal::PrincipalMapper;
+use sluice_server::tls::TlsSettings;
 
 use crate::bytesize::ByteSize;
 
@@ -61,9 +64,40 @@ settings! {
         /// Where data is stored [default: ./sluice-data]
         #[arg(long, env = "SLUICE_DATA_DIR")]
         data_dir: PathBuf,
-        /// Kafka listener address [default: 127.0.0.1:9092]
+        /// Kafka listener address: shorthand for one PLAINTEXT listener, unused when
+        /// --listeners is given [default: 127.0.0.1:9092]
         #[arg(long, env = "SLUICE_KAFKA_ADDR")]
         kafka_addr: String,
+        /// Kafka listeners, as Kafka writes them: PROTOCOL://HOST:PORT, comma-separated, e.g.
+        /// "SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092". Protocols: PLAINTEXT and SSL
+        /// (SASL_PLAINTEXT and SASL_SSL need --sasl-mechanisms, not in this version). A port of
+        /// 0 picks a free one. See docs/security.md [default: PLAINTEXT://--kafka-addr]
+        #[arg(long, env = "SLUICE_LISTENERS")]
+        listeners: String,
+        /// The address clients are told for each listener, in the same form:
+        /// "SSL://broker1.example.com:9093,PLAINTEXT://10.0.0.5:9092". A client is always told
+        /// the address of the listener it came in on [default: each listener's bound address,
+        /// with --advertised-host as the host when given]
+        #[arg(long, env = "SLUICE_ADVERTISED_LISTENERS")]
+        advertised_listeners: String,
+        /// SSL listeners: the server's PEM certificate chain, its own certificate first. Read
+        /// again on SIGHUP and when it changes
+        #[arg(long, env = "SLUICE_TLS_CERT")]
+        tls_cert: PathBuf,
+        /// SSL listeners: the PEM private key of --tls-cert (PKCS#8, RSA or EC)
+        #[arg(long, env = "SLUICE_TLS_KEY")]
+        tls_key: PathBuf,
+        /// SSL listeners: PEM CA certificates; when given, clients must present a certificate
+        /// signed by one of them (mutual TLS), and its subject names the connection's user
+        /// [default: no client certificates]
+        #[arg(long, env = "SLUICE_TLS_CLIENT_CA")]
+        tls_client_ca: PathBuf,
+        /// Mutual TLS: how a client certificate's subject (e.g. "CN=alice,OU=eng,O=Acme")
+        /// becomes a user name, as Kafka's ssl.principal.mapping.rules: DEFAULT (the whole
+        /// subject) or RULE:pattern/replacement/[LU], comma-separated, first match wins, e.g.
+        /// "RULE:^CN=([^,]*),.*$/$1/L,DEFAULT" [default: DEFAULT]
+        #[arg(long, env = "SLUICE_SSL_PRINCIPAL_MAPPING_RULES")]
+        ssl_principal_mapping_rules: String,
         /// HTTP API listener address; "off" disables the HTTP API [default: 127.0.0.1:8080]
         #[arg(long, env = "SLUICE_HTTP_ADDR")]
         http_addr: String,
@@ -234,7 +268,12 @@ pub struct HttpListen {
 /// Everything `serve` needs to start, every value checked.
 pub struct Resolved {
     pub data_dir: PathBuf,
-    pub kafka_addr: String,
+    /// The Kafka listeners, in order (the first is the one a cluster registers).
+    pub listeners: Vec<ListenerSpec>,
+    /// The advertised address of each listener, by protocol (`None`: the bound address).
+    pub advertised_listeners: Vec<ListenerSpec>,
+    /// Given when any listener is SSL; loaded before anything binds.
+    pub tls: Option<TlsSettings>,
     /// The listener's IP when unset.
     pub advertised_host: Option<String>,
     /// `None`: the HTTP API is off.
@@ -302,10 +341,7 @@ impl Settings {
             .data_dir
             .clone()
             .unwrap_or_else(|| "sluice-data".into());
-        let kafka_addr = self
-            .kafka_addr
-            .clone()
-            .unwrap_or_else(|| "127.0.0.1:9092".to_owned());
+        let (listeners, advertised_listeners, tls) = self.listeners()?;
         let mut broker_config = self.broker_config(&data_dir);
         let mut server_config = ServerConfig::default();
         self.apply_kafka_connections(&mut server_config);
@@ -313,6 +349,11 @@ impl Settings {
         broker_config.validate()?;
         server_config.validate()?;
         let mut storage = self.storage_settings()?;
+        if storage.as_ref().is_some_and(|s| s.metadata.is_some()) && listeners.len() > 1 {
+            bail!(
+                "cluster mode (--metadata) takes one Kafka listener: each broker registers one address, which every broker lists; give --listeners one entry"
+            );
+        }
         self.apply_memory_limit(
             &mut broker_config,
             &mut server_config,
@@ -321,7 +362,9 @@ impl Settings {
         )?;
         Ok(Resolved {
             data_dir,
-            kafka_addr,
+            listeners,
+            advertised_listeners,
+            tls,
             advertised_host: self.advertised_host,
             http,
             http_config,
@@ -330,6 +373,63 @@ impl Settings {
             server_config,
             storage,
         })
+    }
+
+    /// The Kafka listeners (`--listeners`, else one PLAINTEXT listener on `--kafka-addr`), their
+    /// advertised addresses, and the TLS settings when a listener needs them.
+    fn listeners(
+        &self,
+    ) -> anyhow::Result<(Vec<ListenerSpec>, Vec<ListenerSpec>, Option<TlsSettings>)> {
+        let listeners = match self.listeners.as_deref() {
+            Some(text) => parse_listeners(text, "listeners")?,
+            None => {
+                let addr = self.kafka_addr.as_deref().unwrap_or("127.0.0.1:9092");
+                parse_listeners(&format!("PLAINTEXT://{addr}"), "kafka_addr")?
+            }
+        };
+        if let Some(sasl) = listeners.iter().find(|l| l.protocol.uses_sasl()) {
+            bail!(
+                "listener {sasl}: SASL listeners need --sasl-mechanisms, which this version of sluice does not have yet; use PLAINTEXT or SSL"
+            );
+        }
+        let advertised = match self.advertised_listeners.as_deref() {
+            Some(text) => parse_listeners(text, "advertised_listeners")?,
+            None => Vec::new(),
+        };
+        for a in &advertised {
+            if !listeners.iter().any(|l| l.protocol == a.protocol) {
+                bail!(
+                    "advertised_listeners names {a}, but no listener is {}: advertise only the protocols of --listeners",
+                    a.protocol
+                );
+            }
+            if a.port == 0 || a.host.is_empty() {
+                bail!("advertised_listeners: {a} must name the host and port clients connect to");
+            }
+        }
+        let needs_tls = listeners
+            .iter()
+            .any(|l| l.protocol == SecurityProtocol::Ssl);
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+                mapper: PrincipalMapper::parse(
+                    self.ssl_principal_mapping_rules.as_deref().unwrap_or(""),
+                )?,
+            }),
+            (None, None) if needs_tls => bail!(
+                "an SSL listener needs --tls-cert and --tls-key (PEM files; see docs/security.md)"
+            ),
+            (None, None) => None,
+            (Some(_), None) => bail!("--tls-cert needs --tls-key, the certificate's private key"),
+            (None, Some(_)) => bail!("--tls-key needs --tls-cert, the certificate it belongs to"),
+        };
+        if tls.is_none() && self.tls_client_ca.is_some() {
+            bail!("--tls-client-ca needs --tls-cert and --tls-key");
+        }
+        Ok((listeners, advertised, tls.filter(|_| needs_tls)))
     }
 
     /// Object-storage mode's settings when `storage` names a bucket (`local`, empty or unset:
@@ -679,7 +779,10 @@ mod tests {
         };
         let resolved = settings().resolve().unwrap();
         assert!(resolved.http.is_none());
-        assert_eq!(resolved.kafka_addr, "127.0.0.1:9092");
+        assert_eq!(
+            resolved.listeners,
+            parse_listeners("PLAINTEXT://127.0.0.1:9092", "listeners").unwrap()
+        );
         for (bad, message) in [
             (
                 Settings {
@@ -785,6 +888,113 @@ mod tests {
             err.contains("object_put_timeout_ms must be between 100"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn listeners_resolve_and_bad_ones_are_refused_by_name() {
+        let base = || Settings {
+            http_addr: Some("off".to_owned()),
+            ..Settings::default()
+        };
+        // --listeners wins over --kafka-addr; SSL needs the TLS files.
+        let resolved = Settings {
+            kafka_addr: Some("127.0.0.1:1".to_owned()),
+            listeners: Some("SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092".to_owned()),
+            tls_cert: Some("server.crt".into()),
+            tls_key: Some("server.key".into()),
+            ssl_principal_mapping_rules: Some("RULE:^CN=(.*)$/$1/L".to_owned()),
+            ..base()
+        }
+        .resolve()
+        .unwrap();
+        let ports: Vec<u16> = resolved.listeners.iter().map(|l| l.port).collect();
+        assert_eq!(ports, [9093, 9092]);
+        let tls = resolved.tls.unwrap();
+        assert_eq!(tls.mapper.map("CN=Alice").as_deref(), Some("alice"));
+        for (bad, message) in [
+            (
+                Settings {
+                    listeners: Some("SASL_SSL://127.0.0.1:9094".to_owned()),
+                    ..base()
+                },
+                "listener SASL_SSL://127.0.0.1:9094: SASL listeners need --sasl-mechanisms",
+            ),
+            (
+                Settings {
+                    listeners: Some("SSL://127.0.0.1:9093".to_owned()),
+                    ..base()
+                },
+                "an SSL listener needs --tls-cert and --tls-key",
+            ),
+            (
+                Settings {
+                    listeners: Some("SSL://127.0.0.1:9093".to_owned()),
+                    tls_cert: Some("server.crt".into()),
+                    ..base()
+                },
+                "--tls-cert needs --tls-key",
+            ),
+            (
+                Settings {
+                    listeners: Some("PLAINTEXT://127.0.0.1:9092".to_owned()),
+                    advertised_listeners: Some("SSL://example.com:9093".to_owned()),
+                    ..base()
+                },
+                "advertised_listeners names SSL://example.com:9093, but no listener is SSL",
+            ),
+            (
+                Settings {
+                    listeners: Some("PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9092".to_owned()),
+                    ..base()
+                },
+                "port 9092 is used by both",
+            ),
+            (
+                Settings {
+                    listeners: Some("SSL://127.0.0.1:9093".to_owned()),
+                    tls_cert: Some("server.crt".into()),
+                    tls_key: Some("server.key".into()),
+                    ssl_principal_mapping_rules: Some("RULE:x".to_owned()),
+                    ..base()
+                },
+                "invalid ssl_principal_mapping_rules",
+            ),
+            (
+                Settings {
+                    kafka_addr: Some("127.0.0.1".to_owned()),
+                    ..base()
+                },
+                "invalid kafka_addr: 'PLAINTEXT://127.0.0.1' has no port",
+            ),
+            (
+                Settings {
+                    listeners: Some("PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0".to_owned()),
+                    tls_cert: Some("server.crt".into()),
+                    tls_key: Some("server.key".into()),
+                    storage: Some("s3://bucket/prefix".to_owned()),
+                    metadata: Some("postgres://sluice@127.0.0.1:5432/sluice".to_owned()),
+                    ..base()
+                },
+                "cluster mode (--metadata) takes one Kafka listener",
+            ),
+        ] {
+            let err = bad.resolve().err().expect(message);
+            assert!(format!("{err:#}").contains(message), "{err:#}");
+        }
+    }
+
+    #[test]
+    fn listeners_come_from_the_file_and_flags() {
+        let file = parse_config(
+            "listeners = \"SSL://127.0.0.1:9093\"\ntls_cert = \"a.crt\"\ntls_key = \"a.key\"\n",
+        )
+        .unwrap();
+        let merged = from_flags(&["--listeners", "PLAINTEXT://127.0.0.1:9092"]).or(file);
+        assert_eq!(
+            merged.listeners.as_deref(),
+            Some("PLAINTEXT://127.0.0.1:9092")
+        );
+        assert_eq!(merged.tls_cert, Some(PathBuf::from("a.crt")));
     }
 
     #[test]

@@ -17,11 +17,18 @@
 //! that makes no progress for `request_timeout` (a client that stopped reading) closes the
 //! connection; a connection with nothing in flight and no bytes for `connections_max_idle` is
 //! closed. Each close is logged (rate-limited) with the reason.
+//!
+//! The bytes travel over a [`Transport`]: plain TCP, read only once readable (so an idle
+//! connection holds no buffer), or TLS, read and written through `tokio-rustls` (a TLS
+//! connection holds rustls's record buffers anyway, so its read buffer is allocated up front
+//! like theirs).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -29,13 +36,15 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_broker::memory::{Ask, Class, Reservation};
-use sluice_broker::{Broker, Response};
+use sluice_broker::{Broker, Caller, Response};
 use sluice_protocol::codec::{self, DecodeError};
 use sluice_protocol::frame;
 use sluice_protocol::kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
 
 use crate::limits::ConnectionSlot;
 use crate::{ServerConfig, Shared};
@@ -73,6 +82,142 @@ enum Close {
     RequestTimeout(Duration),
     WriteStalled(Duration),
     Idle(Duration),
+    /// The first bytes on a PLAINTEXT listener were a TLS handshake.
+    TlsOnPlaintext,
+}
+
+/// The byte stream under a connection.
+pub(crate) enum Transport {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// The read side of a [`Transport`].
+enum Reader<'a> {
+    Plain(&'a TcpStream),
+    Tls(ReadHalf<TlsStream<TcpStream>>),
+}
+
+/// The write side of a [`Transport`]. TLS: `unflushed` while rustls holds encrypted bytes
+/// of written responses that the socket has not taken yet.
+enum Writer<'a> {
+    Plain(&'a TcpStream),
+    Tls {
+        half: WriteHalf<TlsStream<TcpStream>>,
+        unflushed: bool,
+    },
+}
+
+/// Makes room in `buf` for `wanted` more bytes (at least a chunk's worth).
+fn make_room(buf: &mut BytesMut, wanted: usize) {
+    if buf.capacity() - buf.len() < wanted.min(READ_CHUNK_BYTES) {
+        buf.reserve(wanted);
+    }
+}
+
+impl Reader<'_> {
+    /// Reads what has arrived into `buf` (0: the client closed its side). Plain TCP waits for
+    /// readability before making room for `wanted` bytes.
+    fn poll_read_into(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        wanted: usize,
+    ) -> Poll<io::Result<usize>> {
+        match self {
+            Reader::Plain(tcp) => loop {
+                ready!(tcp.poll_read_ready(cx))?;
+                make_room(buf, wanted);
+                match tcp.try_read_buf(buf) {
+                    // Readiness was stale; polling again registers for the next.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    done => return Poll::Ready(done),
+                }
+            },
+            Reader::Tls(half) => {
+                make_room(buf, wanted);
+                match ready!(tokio_util::io::poll_read_buf(Pin::new(half), cx, buf)) {
+                    // A client that closes without TLS's close_notify has still closed.
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(0)),
+                    done => Poll::Ready(done),
+                }
+            }
+        }
+    }
+}
+
+impl Writer<'_> {
+    /// Whether written bytes still wait in the TLS layer.
+    fn pending(&self) -> bool {
+        matches!(
+            self,
+            Writer::Tls {
+                unflushed: true,
+                ..
+            }
+        )
+    }
+
+    /// Writes what the socket takes now of the queued responses, in order, giving back the
+    /// memory of each one written whole. `Ready(Ok(true))` once any byte went out.
+    fn poll_write_out(
+        &mut self,
+        cx: &mut Context<'_>,
+        outq: &mut VecDeque<(Bytes, Reservation)>,
+    ) -> Poll<io::Result<bool>> {
+        match self {
+            Writer::Plain(tcp) => loop {
+                if outq.is_empty() {
+                    return Poll::Ready(Ok(false));
+                }
+                ready!(tcp.poll_write_ready(cx))?;
+                match write_some(tcp, outq) {
+                    Ok(true) => return Poll::Ready(Ok(true)),
+                    // Readiness was stale; polling again registers for the next.
+                    Ok(false) => continue,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            },
+            Writer::Tls { half, unflushed } => {
+                let mut progress = false;
+                while !outq.is_empty() {
+                    let mut slices = [IoSlice::new(&[]); WRITE_SLICES_MAX];
+                    let count = outq.len().min(WRITE_SLICES_MAX);
+                    for (slice, (bytes, _)) in slices.iter_mut().zip(outq.iter()) {
+                        *slice = IoSlice::new(bytes);
+                    }
+                    match Pin::new(&mut *half).poll_write_vectored(cx, &slices[..count]) {
+                        Poll::Ready(Ok(0)) => {
+                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                        }
+                        Poll::Ready(Ok(written)) => {
+                            consume(outq, written);
+                            progress = true;
+                            *unflushed = true;
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => break,
+                    }
+                }
+                // rustls keeps what the socket did not take; push it out.
+                if *unflushed {
+                    match Pin::new(&mut *half).poll_flush(cx) {
+                        Poll::Ready(Ok(())) => {
+                            *unflushed = false;
+                            progress = true;
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => {}
+                    }
+                }
+                if progress {
+                    Poll::Ready(Ok(true))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
 }
 
 pub(crate) struct Connection {
@@ -80,14 +225,16 @@ pub(crate) struct Connection {
     pub config: ServerConfig,
     pub shared: Arc<Shared>,
     pub peer: SocketAddr,
+    /// What requests carry to the broker: the peer, the listener, the principal.
+    pub caller: Caller,
     pub client_id: Option<String>,
     /// This connection's place under the connection limits, freed when it ends.
     pub _slot: ConnectionSlot,
 }
 
 impl Connection {
-    pub async fn run(mut self, stream: TcpStream, shutdown: watch::Receiver<bool>) {
-        let close = self.serve(&stream, shutdown).await;
+    pub async fn run(mut self, transport: Transport, shutdown: watch::Receiver<bool>) {
+        let close = self.serve(transport, shutdown).await;
         let metrics = self.broker.metrics();
         let limiter = &self.shared.close_log;
         match &close {
@@ -121,11 +268,36 @@ impl Connection {
                     tracing::warn!(peer = %self.peer, client = ?self.client_id, error = %e, since_last_line = count, "closing connection");
                 }
             }
+            Close::TlsOnPlaintext => {
+                metrics.kafka_connection_closed("bad_frame");
+                if let Some(count) = limiter.hit(Instant::now()) {
+                    tracing::warn!(peer = %self.peer, since_last_line = count, "closing connection: the client started a TLS handshake on a PLAINTEXT listener (connect it to an SSL listener, or set security.protocol=PLAINTEXT)");
+                }
+            }
             Close::NotEncodable => {}
         }
     }
 
-    async fn serve(&mut self, stream: &TcpStream, mut shutdown: watch::Receiver<bool>) -> Close {
+    async fn serve(&mut self, transport: Transport, mut shutdown: watch::Receiver<bool>) -> Close {
+        // Plain TCP is read and written through shared references (readiness, then a
+        // non-blocking call); TLS is split into halves that each own their side.
+        let tcp: TcpStream;
+        let (mut reader, mut writer) = match transport {
+            Transport::Plain(stream) => {
+                tcp = stream;
+                (Reader::Plain(&tcp), Writer::Plain(&tcp))
+            }
+            Transport::Tls(stream) => {
+                let (read, write) = tokio::io::split(*stream);
+                (
+                    Reader::Tls(read),
+                    Writer::Tls {
+                        half: write,
+                        unflushed: false,
+                    },
+                )
+            }
+        };
         let budget = self.broker.memory().clone();
         let request_timeout = self.config.request_timeout;
         let idle_timeout = self.config.connections_max_idle;
@@ -149,6 +321,13 @@ impl Connection {
             while in_flight.len() + outq.len() < self.config.in_flight_per_connection {
                 let whole = match frame::check(&inbuf, self.config.max_request_bytes) {
                     Ok(whole) => whole,
+                    // A TLS record header (handshake, version 3.x) read as a size is huge.
+                    Err(_)
+                        if matches!(reader, Reader::Plain(_))
+                            && inbuf.starts_with(&[0x16, 0x03]) =>
+                    {
+                        return Close::TlsOnPlaintext;
+                    }
                     Err(e) => return Close::Frame(e),
                 };
                 if head.is_none() {
@@ -177,7 +356,8 @@ impl Connection {
                 // Nothing under way: let go of the read buffer (frames keep their own bytes).
                 inbuf = BytesMut::new();
             }
-            if eof && in_flight.is_empty() && outq.is_empty() {
+            let unflushed = writer.pending();
+            if eof && in_flight.is_empty() && outq.is_empty() && !unflushed {
                 return Close::Done;
             }
             let room = in_flight.len() + outq.len() < self.config.in_flight_per_connection;
@@ -188,10 +368,11 @@ impl Connection {
                 (true, None) => Some(Instant::now()),
                 (false, _) => None,
             };
-            let idle = in_flight.is_empty() && outq.is_empty() && inbuf.is_empty();
+            let writing = !outq.is_empty() || unflushed;
+            let idle = in_flight.is_empty() && !writing && inbuf.is_empty();
             let deadline = [
                 head_since.map(|since| since + request_timeout),
-                (!outq.is_empty()).then(|| last_write + request_timeout),
+                writing.then(|| last_write + request_timeout),
                 idle.then(|| last_read.max(last_write) + idle_timeout),
             ]
             .into_iter()
@@ -204,10 +385,16 @@ impl Connection {
             }
             let (want_bytes, want_class) = wants.unwrap_or((0, Class::Control));
             let want = Ask::new(want_class, Some(self.peer.ip()));
+            // A frame under way gets room for all of itself; otherwise one chunk.
+            let read_wanted = match (&head, declared_total(&inbuf)) {
+                (Some(_), Some(total)) => total.saturating_sub(inbuf.len()),
+                _ => 0,
+            }
+            .max(READ_CHUNK_BYTES.min(self.config.max_request_bytes));
             tokio::select! {
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     // The write-stall timer starts when the queue stops being empty.
-                    if outq.is_empty() {
+                    if !writing {
                         last_write = Instant::now();
                     }
                     if let Err(close) = queue(done, &mut outq) {
@@ -220,33 +407,17 @@ impl Connection {
                         }
                     }
                 }
-                ready = stream.writable(), if !outq.is_empty() => {
-                    if let Err(e) = ready {
-                        return Close::Io("write", e);
-                    }
-                    match write_some(stream, &mut outq) {
+                written = std::future::poll_fn(|cx| writer.poll_write_out(cx, &mut outq)), if writing => {
+                    match written {
                         Ok(true) => last_write = Instant::now(),
                         Ok(false) => {}
                         Err(e) => return Close::Io("write", e),
                     }
                 }
-                ready = stream.readable(), if can_read => {
-                    if let Err(e) = ready {
-                        return Close::Io("read", e);
-                    }
-                    // A frame under way gets room for all of itself; otherwise one chunk.
-                    let wanted = match (&head, declared_total(&inbuf)) {
-                        (Some(_), Some(total)) => total.saturating_sub(inbuf.len()),
-                        _ => 0,
-                    }
-                    .max(READ_CHUNK_BYTES.min(self.config.max_request_bytes));
-                    if inbuf.capacity() - inbuf.len() < wanted.min(READ_CHUNK_BYTES) {
-                        inbuf.reserve(wanted);
-                    }
-                    match stream.try_read_buf(&mut inbuf) {
+                read = std::future::poll_fn(|cx| reader.poll_read_into(cx, &mut inbuf, read_wanted)), if can_read => {
+                    match read {
                         Ok(0) => eof = true,
                         Ok(_) => last_read = Instant::now(),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(e) => return Close::Io("read", e),
                     }
                 }
@@ -258,7 +429,7 @@ impl Connection {
                     if let Some(since) = head_since && now >= since + request_timeout {
                         return Close::RequestTimeout(request_timeout);
                     }
-                    if !outq.is_empty() && now >= last_write + request_timeout {
+                    if writing && now >= last_write + request_timeout {
                         return Close::WriteStalled(request_timeout);
                     }
                     if idle && now >= last_read.max(last_write) + idle_timeout {
@@ -290,7 +461,7 @@ impl Connection {
                 let started = std::time::Instant::now();
                 let broker = Arc::clone(&self.broker);
                 // Started now, in arrival order (produce appends happen here).
-                let handling = self.broker.handle_from(request, Some(peer.ip()));
+                let handling = self.broker.handle_from(request, &self.caller);
                 in_flight.push_back(
                     async move {
                         let response = match handling.await {
@@ -366,25 +537,30 @@ fn write_some(stream: &TcpStream, outq: &mut VecDeque<(Bytes, Reservation)>) -> 
         for (slice, (bytes, _)) in slices.iter_mut().zip(outq.iter()) {
             *slice = IoSlice::new(bytes);
         }
-        let mut written = match stream.try_write_vectored(&slices[..count]) {
+        let written = match stream.try_write_vectored(&slices[..count]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(progress),
             Err(e) => return Err(e),
         };
         progress = true;
-        while written > 0 {
-            let front = &mut outq.front_mut().expect("written bytes were queued").0;
-            if written >= front.len() {
-                written -= front.len();
-                outq.pop_front();
-            } else {
-                front.advance(written);
-                written = 0;
-            }
-        }
+        consume(outq, written);
     }
     Ok(progress)
+}
+
+/// Drops `written` bytes from the front of the queue, and the responses written whole.
+fn consume(outq: &mut VecDeque<(Bytes, Reservation)>, mut written: usize) {
+    while written > 0 {
+        let front = &mut outq.front_mut().expect("written bytes were queued").0;
+        if written >= front.len() {
+            written -= front.len();
+            outq.pop_front();
+        } else {
+            front.advance(written);
+            written = 0;
+        }
+    }
 }
 
 /// The declared size of the frame at the start of `buf`, prefix included, once its prefix

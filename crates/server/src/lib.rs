@@ -22,24 +22,36 @@
 //!   with one log line per few seconds that counts the refusals;
 //! - failing accepts (out of file descriptors) back off, doubling up to a second.
 //!
+//! Listeners ([`listeners`]): each has a security protocol in Kafka's names and an index that
+//! every request carries to the broker ([`sluice_broker::Caller`]). On an SSL listener a
+//! connection first completes a TLS handshake ([`tls`]) within `request_timeout`; one that
+//! fails (a PLAINTEXT client, an untrusted client certificate) is closed with one rate-limited
+//! line that names the peer and the reason. A TLS client on a PLAINTEXT listener is recognised
+//! by its first bytes and closed with a line that says so. The connection's principal
+//! (`User:NAME` from the client certificate, else `User:ANONYMOUS`) goes with every request.
+//!
 //! Bad input: an unsupported ApiVersions version is answered with UNSUPPORTED_VERSION (encoded
 //! as v0, as the protocol prescribes); any other unknown API or version, or a malformed request,
 //! is logged with the client's address and id and closes that connection only.
 
 pub mod connection;
 pub mod limits;
+pub mod listeners;
+pub mod principal;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_broker::Broker;
-use tokio::net::TcpListener;
+use sluice_broker::log_limiter::LogLimiter;
+use sluice_broker::{Broker, Caller};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::connection::Connection;
-use sluice_broker::log_limiter::LogLimiter;
-
+use crate::connection::{Connection, Transport};
 use crate::limits::ConnectionLimits;
+use crate::listeners::SecurityProtocol;
+use crate::tls::TlsState;
 
 /// Limits of the Kafka listener.
 #[derive(Debug, Clone, Copy)]
@@ -121,18 +133,53 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 pub(crate) struct Shared {
     /// Limits the warnings connections log when the broker closes them.
     pub close_log: LogLimiter,
+    /// Limits the warnings about failed TLS handshakes.
+    pub handshake_log: LogLimiter,
 }
 
-/// Serves Kafka clients on `listener` until `shutdown` becomes true.
+/// One listener's identity: its index among the listeners (what requests carry to the
+/// broker), its protocol, and for SSL its TLS config.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub index: usize,
+    pub protocol: SecurityProtocol,
+    /// Required for SSL; unused for PLAINTEXT.
+    pub tls: Option<Arc<TlsState>>,
+}
+
+impl Endpoint {
+    /// A PLAINTEXT listener, the first.
+    pub fn plaintext() -> Endpoint {
+        Endpoint {
+            index: 0,
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+        }
+    }
+}
+
+/// Serves Kafka clients on `listener` until `shutdown` becomes true. The connection limits
+/// are shared by every listener given the same `limits`.
 pub async fn serve(
     listener: TcpListener,
+    endpoint: Endpoint,
+    limits: Arc<ConnectionLimits>,
     broker: Arc<Broker>,
     config: ServerConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let limits = ConnectionLimits::new(config.max_connections, config.max_connections_per_ip);
+    assert!(
+        !endpoint.protocol.uses_sasl(),
+        "SASL listeners are refused before they are started"
+    );
+    assert_eq!(
+        endpoint.protocol.uses_tls(),
+        endpoint.tls.is_some(),
+        "an SSL listener has a TLS config, a PLAINTEXT one none"
+    );
     let shared = Arc::new(Shared {
         close_log: LogLimiter::new(REPEATED_LOG_INTERVAL),
+        handshake_log: LogLimiter::new(REPEATED_LOG_INTERVAL),
     });
     let refused_log = LogLimiter::new(REPEATED_LOG_INTERVAL);
     let accept_log = LogLimiter::new(REPEATED_LOG_INTERVAL);
@@ -156,20 +203,31 @@ pub async fn serve(
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let conn = Connection {
-                        broker: Arc::clone(&broker),
-                        config,
-                        shared: Arc::clone(&shared),
-                        peer,
-                        client_id: None,
-                        _slot: slot,
-                    };
                     let shutdown = shutdown.clone();
                     broker.metrics().kafka_connection_open(true);
-                    let metrics_broker = Arc::clone(&broker);
+                    let broker = Arc::clone(&broker);
+                    let shared = Arc::clone(&shared);
+                    let endpoint = endpoint.clone();
                     connections.spawn(async move {
-                        conn.run(stream, shutdown).await;
-                        metrics_broker.metrics().kafka_connection_open(false);
+                        // The handshake runs here, not in the accept loop: a slow client
+                        // delays only itself. The slot is held meanwhile.
+                        if let Some((transport, principal)) = open(stream, peer, &endpoint, &shared, config.request_timeout).await {
+                            let conn = Connection {
+                                broker: Arc::clone(&broker),
+                                config,
+                                shared,
+                                peer,
+                                caller: Caller {
+                                    peer: Some(peer.ip()),
+                                    listener: endpoint.index,
+                                    principal: Arc::from(principal),
+                                },
+                                client_id: None,
+                                _slot: slot,
+                            };
+                            conn.run(transport, shutdown).await;
+                        }
+                        broker.metrics().kafka_connection_open(false);
                     });
                 }
                 Err(e) => {
@@ -186,6 +244,63 @@ pub async fn serve(
         }
     }
     connections.shutdown().await;
+}
+
+/// The connection's transport and principal: at once on a PLAINTEXT listener; after a TLS
+/// handshake (bounded by `timeout`) on an SSL one. `None` when the handshake failed or the
+/// client certificate names no user (logged, rate-limited; the connection is dropped).
+async fn open(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    endpoint: &Endpoint,
+    shared: &Shared,
+    timeout: Duration,
+) -> Option<(Transport, String)> {
+    let Some(tls) = &endpoint.tls else {
+        return Some((
+            Transport::Plain(stream),
+            format!("User:{}", principal::ANONYMOUS),
+        ));
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+    let failed = |reason: String| {
+        if let Some(count) = shared.handshake_log.hit(tokio::time::Instant::now()) {
+            tracing::warn!(peer = %peer, listener = %endpoint.protocol, since_last_line = count, "TLS handshake failed: {reason}");
+        }
+    };
+    let stream = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            failed(handshake_reason(&e));
+            return None;
+        }
+        Err(_) => {
+            failed(format!(
+                "not done within request_timeout_ms ({} ms)",
+                timeout.as_millis()
+            ));
+            return None;
+        }
+    };
+    match tls.principal(stream.get_ref().1.peer_certificates()) {
+        Ok(principal) => Some((Transport::Tls(Box::new(stream)), principal)),
+        Err(reason) => {
+            failed(reason);
+            None
+        }
+    }
+}
+
+/// A handshake error in words, with a hint for the usual mistake.
+fn handshake_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    if text.contains("InvalidContentType") || text.contains("corrupt message") {
+        format!("{text} (a PLAINTEXT client on an SSL listener?)")
+    } else if text.contains("tls handshake eof") {
+        format!("{text} (the client closed the connection; did it reject the server certificate?)")
+    } else {
+        text
+    }
 }
 
 #[cfg(test)]

@@ -23,30 +23,40 @@ use crate::{Broker, errors};
 /// The brokers Metadata and DescribeCluster list, by node id, and the controller id: this
 /// broker alone in the single-broker modes; in cluster mode the live ones, this one added if
 /// it is momentarily missing (its lease being renewed), so a client never gets a list
-/// without the broker it asked.
-pub(crate) fn brokers(broker: &Broker) -> (Vec<ClusterNode>, i32) {
+/// without the broker it asked. This broker is listed at the address of `listener`, the one
+/// the request came in on; in cluster mode the others at the address they registered.
+pub(crate) fn brokers(broker: &Broker, listener: usize) -> (Vec<ClusterNode>, i32) {
     let c = broker.config();
+    let (host, port) = c.advertised(listener);
     let me = ClusterNode {
         node_id: c.node_id,
-        host: c.advertised_host.clone(),
-        port: c.advertised_port,
+        host,
+        port,
         rack: None,
     };
     let Some(meta) = broker.cluster() else {
         return (vec![me], c.node_id);
     };
     let mut nodes = (*meta.live_brokers()).clone();
-    if !nodes.iter().any(|n| n.node_id == me.node_id) {
-        nodes.push(me);
+    match nodes.iter_mut().find(|n| n.node_id == me.node_id) {
+        Some(listed) => {
+            listed.host = me.host;
+            listed.port = me.port;
+        }
+        None => nodes.push(me),
     }
     nodes.sort_by_key(|n| n.node_id);
     let controller = nodes.first().map_or(c.node_id, |n| n.node_id);
     (nodes, controller)
 }
 
-pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
+pub fn describe_cluster(
+    broker: &Broker,
+    _req: DescribeClusterRequest,
+    listener: usize,
+) -> DescribeClusterResponse {
     let c = broker.config();
-    let (nodes, controller) = brokers(broker);
+    let (nodes, controller) = brokers(broker, listener);
     DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(c.cluster_id.clone()))
         .with_controller_id(BrokerId(controller))

@@ -41,10 +41,12 @@ type Located = Result<(i32, String, i32), GroupError>;
 /// FindCoordinator: with one broker, this broker coordinates every group; in cluster mode
 /// the metadata store names the broker (the holder of the group's coordinator lease, else
 /// the one preferred among the live brokers), and the live-broker list gives its address.
+/// This broker is named by the address of `listener`, the one the request came in on.
 pub async fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    listener: usize,
 ) -> FindCoordinatorResponse {
     let keys: Vec<StrBytes> = if version >= 4 {
         req.coordinator_keys.clone()
@@ -53,7 +55,7 @@ pub async fn find_coordinator(
     };
     let located = futures::future::join_all(
         keys.iter()
-            .map(|key| locate(broker, req.key_type, key.as_str())),
+            .map(|key| locate(broker, req.key_type, key.as_str(), listener)),
     )
     .await;
     let fields = |located: Located| match located {
@@ -98,24 +100,21 @@ pub async fn find_coordinator(
 }
 
 /// The coordinator of one FindCoordinator key.
-async fn locate(broker: &Broker, key_type: i8, key: &str) -> Located {
+async fn locate(broker: &Broker, key_type: i8, key: &str, listener: usize) -> Located {
     let refused = match key_type {
         KEY_GROUP if key.is_empty() => "the group id is empty".to_owned(),
-        KEY_GROUP => return locate_group(broker, key).await,
+        KEY_GROUP => return locate_group(broker, key, listener).await,
         KEY_TRANSACTION => "this broker does not support transactions".to_owned(),
         other => format!("unknown coordinator key type {other}"),
     };
     Err(GroupError::InvalidRequest(refused))
 }
 
-async fn locate_group(broker: &Broker, group_id: &str) -> Located {
+async fn locate_group(broker: &Broker, group_id: &str, listener: usize) -> Located {
     let cfg = broker.config();
     let this = || {
-        Ok((
-            cfg.node_id,
-            cfg.advertised_host.clone(),
-            cfg.advertised_port,
-        ))
+        let (host, port) = cfg.advertised(listener);
+        Ok((cfg.node_id, host, port))
     };
     let Some(meta) = broker.cluster() else {
         return this();

@@ -30,7 +30,14 @@ use crate::topics::{Topic, TopicError};
 use crate::{Broker, TopicConfig, errors};
 
 /// Answers at once, or (cluster mode, topics to auto-create) once they are created.
-pub fn start(broker: &Arc<Broker>, req: MetadataRequest, version: i16, client_id: &str) -> Answer {
+/// `listener`: the one the request came in on, whose address this broker is listed at.
+pub fn start(
+    broker: &Arc<Broker>,
+    req: MetadataRequest,
+    version: i16,
+    client_id: &str,
+    listener: usize,
+) -> Answer {
     let zone = client_zone(client_id).map(str::to_owned);
     // Cluster mode: a topic created through another broker moments ago is known here first.
     let named = req.topics.iter().flatten().filter_map(|t| t.name.as_ref());
@@ -38,11 +45,11 @@ pub fn start(broker: &Arc<Broker>, req: MetadataRequest, version: i16, client_id
         let broker = Arc::clone(broker);
         return async move {
             broker.refresh_on_miss().await;
-            answer(&broker, req, version, zone).await
+            answer(&broker, req, version, zone, listener).await
         }
         .boxed();
     }
-    answer(broker, req, version, zone)
+    answer(broker, req, version, zone, listener)
 }
 
 /// [`start`] once the catalog is as fresh as it needs to be.
@@ -51,13 +58,21 @@ fn answer(
     req: MetadataRequest,
     version: i16,
     zone: Option<String>,
+    listener: usize,
 ) -> Answer {
     let to_create = match broker.cluster() {
         Some(_) => to_auto_create(broker, &req, version),
         None => Vec::new(),
     };
     if to_create.is_empty() {
-        let response = handle(broker, req, version, &HashMap::new(), zone.as_deref());
+        let response = handle(
+            broker,
+            req,
+            version,
+            &HashMap::new(),
+            zone.as_deref(),
+            listener,
+        );
         return futures::future::ready(Some(ResponseKind::Metadata(response))).boxed();
     }
     let broker = Arc::clone(broker);
@@ -69,6 +84,7 @@ fn answer(
             version,
             &refused,
             zone.as_deref(),
+            listener,
         )))
     }
     .boxed()
@@ -90,9 +106,10 @@ pub fn handle(
     version: i16,
     refused: &HashMap<String, i16>,
     zone: Option<&str>,
+    listener: usize,
 ) -> MetadataResponse {
     let cfg = broker.config();
-    let (nodes, controller) = super::cluster::brokers(broker);
+    let (nodes, controller) = super::cluster::brokers(broker, listener);
     let listed: BTreeSet<i32> = nodes.iter().map(|n| n.node_id).collect();
     // The leader of each partition: this broker alone, or the store's spread over the live
     // ones (this broker if it names one not listed: never a leader the client cannot find).
