@@ -81,6 +81,7 @@ pub async fn join(
             disk_bytes: storage.cache_bytes,
             ..sluice_objstore::cache::CacheSettings::new(data_dir)
         },
+        cleaner: sluice_cluster::retention::CleanerSettings::default(),
     };
     let writer = Writer {
         broker_id: registry.broker_id(),

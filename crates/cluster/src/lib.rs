@@ -17,6 +17,7 @@
 //! | idempotent-producer sequence state | `sluice.producers` | [`commit`] |
 //! | group coordinators, committed offsets, group state | `sluice.group_*` | [`groups`], [`group_owner`] |
 //! | topic catalog version | `sluice.catalog_version` | [`catalog`] |
+//! | who runs retention and cleanup; objects no row refers to | `sluice.cleaner_lease`, `sluice.objects.unreferenced_at` | [`retention`] |
 //!
 //! Above them: [`store`] is cluster mode's partition storage (the flusher's commit step, the
 //! index rows and objects behind every read), and [`meta`] the broker's view of the cluster
@@ -57,6 +58,7 @@ pub mod index;
 pub mod meta;
 pub mod migrate;
 pub mod registry;
+pub mod retention;
 pub mod store;
 pub mod url;
 

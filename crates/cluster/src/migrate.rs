@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "groups",
         sql: include_str!("../migrations/0004_groups.sql"),
     },
+    Migration {
+        version: 5,
+        name: "retention",
+        sql: include_str!("../migrations/0005_retention.sql"),
+    },
 ];
 
 /// The advisory lock migrations hold ("sluice" in ASCII).

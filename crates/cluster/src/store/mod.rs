@@ -26,6 +26,7 @@ pub use commit_step::{
 pub use partition::ClusterPartition;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -43,6 +44,7 @@ use uuid::Uuid;
 use crate::Db;
 use crate::index::{CommitEvent, CommitListener};
 use crate::registry::RegistryStatus;
+use crate::retention::{self, CleanerSettings, RoundStats};
 
 /// How often every open partition's bounds are read from PostgreSQL while notifications
 /// arrive: a safety net for a notification lost in a reconnect race, cheap (one query for all
@@ -58,6 +60,8 @@ pub const POLL_INTERVAL_DISCONNECTED: Duration = Duration::from_millis(500);
 pub struct StoreSettings {
     pub flush: FlushSettings,
     pub cache: CacheSettings,
+    /// Retention and cleanup ([`crate::retention`]).
+    pub cleaner: CleanerSettings,
 }
 
 /// This broker's identity in the cluster, from its registration.
@@ -125,6 +129,7 @@ impl Core {
 pub struct ClusterStore {
     core: Arc<Core>,
     counters: Arc<CommitCounters>,
+    cleaner: Arc<CleanerCounters>,
     status: watch::Receiver<RegistryStatus>,
     tasks: Vec<JoinHandle<()>>,
     _listener: Arc<CommitListener>,
@@ -220,6 +225,7 @@ impl ClusterStore {
             .map_err(|e| format!("reading the partitions' offsets: {e}"))?;
         let key_prefix = bucket.url().prefix().to_string();
         let url_label = bucket.url().to_string();
+        let cleaner_bucket = bucket.clone();
         let names: Arc<Mutex<Names>> = Arc::default();
         let named = Arc::clone(&names);
         let namer: ObjectNames = Arc::new(move |id| {
@@ -306,9 +312,18 @@ impl ClusterStore {
             Arc::downgrade(&core),
             Arc::clone(&listener),
         )));
+        let cleaner = Arc::new(CleanerCounters::default());
+        tasks.push(tokio::spawn(clean(
+            Arc::downgrade(&core),
+            cleaner_bucket,
+            writer.clone(),
+            settings.cleaner,
+            Arc::clone(&cleaner),
+        )));
         Ok(ClusterStore {
             core,
             counters,
+            cleaner,
             status: writer.status.clone(),
             tasks,
             _listener: listener,
@@ -336,6 +351,7 @@ impl ClusterStore {
             &self.core.cache.stats(),
         );
         self.counters.render(&mut out);
+        self.cleaner.render(&mut out);
         let live = u8::from(self.status.borrow().is_live_at(tokio::time::Instant::now()));
         let name = "sluice_cluster_registration_live";
         use std::fmt::Write;
@@ -460,6 +476,125 @@ async fn listen(core: Weak<Core>, listener: Arc<CommitListener>) {
                 if let Err(e) = poll_once(&core).await {
                     tracing::warn!(error = %e, "could not read the partitions' bounds");
                 }
+            }
+        }
+    }
+}
+
+/// The cleaner's counters, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CleanerCounters {
+    rounds: AtomicU64,
+    rounds_failed: AtomicU64,
+    partitions_trimmed: AtomicU64,
+    rows_deleted: AtomicU64,
+    topics_purged: AtomicU64,
+    objects_deleted: AtomicU64,
+}
+
+impl CleanerCounters {
+    fn add(&self, s: &RoundStats) {
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        self.partitions_trimmed
+            .fetch_add(s.partitions_trimmed, Ordering::Relaxed);
+        self.rows_deleted
+            .fetch_add(s.rows_deleted, Ordering::Relaxed);
+        self.topics_purged
+            .fetch_add(s.topics_purged, Ordering::Relaxed);
+        self.objects_deleted
+            .fetch_add(s.objects_deleted, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let series = [
+            (
+                "sluice_cluster_cleaner_rounds_total",
+                "Cleaner rounds this broker ran while holding the cleaner lease.",
+                &self.rounds,
+            ),
+            (
+                "sluice_cluster_cleaner_rounds_failed_total",
+                "Cleaner rounds that stopped on an error (the next one starts over).",
+                &self.rounds_failed,
+            ),
+            (
+                "sluice_cluster_cleaner_partitions_trimmed_total",
+                "Times retention moved a partition's log start.",
+                &self.partitions_trimmed,
+            ),
+            (
+                "sluice_cluster_cleaner_index_rows_deleted_total",
+                "Index rows deleted by retention and topic purges.",
+                &self.rows_deleted,
+            ),
+            (
+                "sluice_cluster_cleaner_topics_purged_total",
+                "Deleted topics whose index rows are all gone.",
+                &self.topics_purged,
+            ),
+            (
+                "sluice_cluster_cleaner_objects_deleted_total",
+                "Objects deleted from the bucket once no index row referred to them.",
+                &self.objects_deleted,
+            ),
+        ];
+        for (name, help, value) in series {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// Runs the cleaner ([`retention::run_round`]) every interval while this broker's
+/// registration is live; the broker holding the cleaner lease does the work.
+async fn clean(
+    core: Weak<Core>,
+    bucket: Bucket,
+    writer: Writer,
+    settings: CleanerSettings,
+    counters: Arc<CleanerCounters>,
+) {
+    loop {
+        tokio::time::sleep(settings.interval).await;
+        let Some(core) = core.upgrade() else {
+            return;
+        };
+        if !writer
+            .status
+            .borrow()
+            .is_live_at(tokio::time::Instant::now())
+        {
+            continue;
+        }
+        let partitions: Vec<_> = core
+            .open_partitions()
+            .iter()
+            .filter_map(|p| p.retention())
+            .collect();
+        let result = retention::run_round(
+            &core.db,
+            &bucket,
+            writer.broker_id,
+            writer.instance,
+            &partitions,
+            &settings,
+            now_ms(),
+        )
+        .await;
+        retention::log_round(&result);
+        match &result {
+            Ok(stats) if stats.held => {
+                counters.add(stats);
+                if stats.partitions_trimmed > 0 {
+                    // This broker's readers see the new log starts now, not at the next poll.
+                    let _ = poll_once(&core).await;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => {
+                counters.rounds_failed.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -176,6 +176,20 @@ impl ClusterPartition {
         }
     }
 
+    /// This partition's retention as configured (`None` once it is closed).
+    pub(crate) fn retention(&self) -> Option<crate::retention::PartitionRetention> {
+        if self.lock().closed {
+            return None;
+        }
+        let config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        Some(crate::retention::PartitionRetention {
+            topic_id: self.uuid,
+            partition: self.partition,
+            retention_ms: config.retention_ms,
+            retention_bytes: config.retention_bytes,
+        })
+    }
+
     fn store_error(&self, op: &'static str, e: impl std::fmt::Display) -> StorageError {
         LogError::Io {
             op,
@@ -596,8 +610,9 @@ impl PartitionStorage for ClusterPartition {
     }
 
     fn apply_retention(&self) -> Result<usize, StorageError> {
-        // Retention in cluster mode is one cluster-wide task (deleting index rows and then
-        // objects no row refers to), not each broker's; no broker deletes anything here.
+        // Retention in cluster mode is one cluster-wide task, the cleaner
+        // (crate::retention, run by the store of the broker holding its lease), which reads
+        // this partition's config; nothing is deleted here.
         Ok(0)
     }
 
