@@ -296,6 +296,10 @@ fn handshake_reason(e: &std::io::Error) -> String {
     let text = e.to_string();
     if text.contains("InvalidContentType") || text.contains("corrupt message") {
         format!("{text} (a PLAINTEXT client on an SSL listener?)")
+    } else if text.contains("UnsupportedCertVersion") {
+        format!(
+            "{text} (the client certificate is X.509 v1; sign it with an extension, e.g. extendedKeyUsage=clientAuth, to make it v3)"
+        )
     } else if text.contains("tls handshake eof") {
         format!("{text} (the client closed the connection; did it reject the server certificate?)")
     } else {
