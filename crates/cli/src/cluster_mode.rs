@@ -29,6 +29,7 @@ pub async fn join(
     data_dir: &std::path::Path,
     host: &str,
     port: u16,
+    cleaner_interval: std::time::Duration,
 ) -> anyhow::Result<Joined> {
     tracing::info!("storage: {}", storage.url);
     tracing::info!("metadata: {metadata}");
@@ -81,7 +82,10 @@ pub async fn join(
             disk_bytes: storage.cache_bytes,
             ..sluice_objstore::cache::CacheSettings::new(data_dir)
         },
-        cleaner: sluice_cluster::retention::CleanerSettings::default(),
+        cleaner: sluice_cluster::retention::CleanerSettings {
+            interval: cleaner_interval,
+            ..Default::default()
+        },
     };
     let writer = Writer {
         broker_id: registry.broker_id(),

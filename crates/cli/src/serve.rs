@@ -42,8 +42,9 @@ pub struct ServeArgs {
     /// http_max_body_bytes, http_max_records_per_request, http_max_concurrent_requests,
     /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
     /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
-    /// default_partitions, retention_ms, retention_bytes, segment_bytes, segment_ms,
-    /// flush_interval_ms, sync_threads, max_request_bytes, memory_limit, fetch_max_bytes,
+    /// default_partitions, retention_ms, retention_bytes, retention_check_interval_ms,
+    /// segment_bytes, segment_ms, flush_interval_ms, sync_threads, max_request_bytes,
+    /// memory_limit, fetch_max_bytes,
     /// request_timeout_ms, connections_max_idle_ms, max_connections, max_connections_per_ip,
     /// max_message_bytes, group_initial_rebalance_delay_ms,
     /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max,
@@ -61,9 +62,6 @@ const KEYS_RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Task polls between two checks for socket readiness on each runtime thread.
 const RUNTIME_EVENT_INTERVAL: u32 = 8;
-
-/// How often retention runs.
-const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let file = match &args.config {
@@ -83,6 +81,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         server_config,
         storage,
         advertised_host,
+        retention_check_interval,
     } = args.settings.or(file).resolve()?;
     // Bad TLS files stop the start here, before anything binds.
     let needs_tls = listeners.iter().any(|l| l.protocol.uses_tls());
@@ -136,6 +135,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     &data_dir,
                     &broker_config.advertised_host,
                     broker_config.advertised_port as u16,
+                    retention_check_interval,
                 )
                 .await?,
             ),
@@ -242,7 +242,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
-                        _ = tokio::time::sleep(RETENTION_CHECK_INTERVAL) => {
+                        _ = tokio::time::sleep(retention_check_interval) => {
                             let broker = Arc::clone(&broker);
                             let _ = tokio::task::spawn_blocking(move || broker.apply_retention()).await;
                         }

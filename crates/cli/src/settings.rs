@@ -147,6 +147,10 @@ settings! {
         /// Delete the oldest data while a partition holds more than this; -1 for no limit [default: -1]
         #[arg(long, env = "SLUICE_RETENTION_BYTES")]
         retention_bytes: i64,
+        /// How often retention runs (Kafka's log.retention.check.interval.ms); in cluster mode,
+        /// how often the cleaner runs on the broker that holds its lease [default: 60000]
+        #[arg(long, env = "SLUICE_RETENTION_CHECK_INTERVAL_MS")]
+        retention_check_interval_ms: u64,
         /// Segment file size [default: 1073741824 = 1 GiB]
         #[arg(long, env = "SLUICE_SEGMENT_BYTES")]
         segment_bytes: u64,
@@ -285,6 +289,8 @@ pub struct Resolved {
     pub server_config: ServerConfig,
     /// `None`: data stays on local disk.
     pub storage: Option<StorageSettings>,
+    /// How often retention runs (the cleaner's interval in cluster mode).
+    pub retention_check_interval: Duration,
 }
 
 /// Object-storage mode's settings, checked.
@@ -313,6 +319,10 @@ impl StorageSettings {
             .saturating_mul(self.max_bytes)
     }
 }
+
+/// How often retention runs by default: once a minute keeps a short `retention.ms` close to
+/// exact for a few index reads per partition (Kafka checks every 5 minutes).
+pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 60_000;
 
 /// Object-storage defaults (docs/object-storage.md, "Named limits").
 pub const OBJECT_LINGER_MS_DEFAULT: u64 = 250;
@@ -349,6 +359,14 @@ impl Settings {
         broker_config.validate()?;
         server_config.validate()?;
         let mut storage = self.storage_settings()?;
+        let retention_check_interval_ms = self
+            .retention_check_interval_ms
+            .unwrap_or(RETENTION_CHECK_INTERVAL_MS_DEFAULT);
+        if !(100..=86_400_000).contains(&retention_check_interval_ms) {
+            bail!(
+                "retention_check_interval_ms must be between 100 and 86400000 (a day), not {retention_check_interval_ms}"
+            );
+        }
         if storage.as_ref().is_some_and(|s| s.metadata.is_some()) && listeners.len() > 1 {
             bail!(
                 "cluster mode (--metadata) takes one Kafka listener: each broker registers one address, which every broker lists; give --listeners one entry"
@@ -372,6 +390,7 @@ impl Settings {
             broker_config,
             server_config,
             storage,
+            retention_check_interval: Duration::from_millis(retention_check_interval_ms),
         })
     }
 

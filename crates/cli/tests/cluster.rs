@@ -503,3 +503,70 @@ fn sigkills_of_each_broker_in_turn_under_load_lose_nothing_acknowledged() {
     assert_eq!(report["passed"], true, "{report}");
     assert!(report["acked"].as_u64().unwrap() > 5000, "{report}");
 }
+
+#[test]
+fn retention_moves_the_log_start_for_every_broker_and_deletes_index_rows() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let with_cleaner = |prefix: &str| {
+        let mut args = cluster_args(&minio, prefix, &pg.url());
+        args.extend(["--retention-check-interval-ms".to_owned(), "300".to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start_with_env(tempfile::tempdir().unwrap(), &args, &minio.env_vars())
+    };
+    let a = with_cleaner("keep");
+    let b = with_cleaner("keep");
+    a.ok(
+        &[
+            "topic",
+            "create",
+            "r",
+            "--partitions",
+            "1",
+            "--config",
+            "retention.ms=3600000",
+        ],
+        "",
+    );
+    // Ten records from long ago, then three of now: retention removes the old batch only.
+    let old: String = (0..10)
+        .map(|i| format!("{{\"value\":\"old-{i}\",\"timestamp\":1000}}\n"))
+        .collect();
+    a.ok(&["produce", "r", "--json"], &old);
+    a.ok(&["produce", "r"], "new-0\nnew-1\nnew-2\n");
+    let table = |sql: &str| -> i64 {
+        pg.psql("sluice", sql)
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    eventually(Duration::from_secs(20), "the log start moves to 10", || {
+        table(
+            "SELECT log_start FROM sluice.partitions p JOIN sluice.topics t USING (topic_id) WHERE t.name = 'r'",
+        ) == 10
+    });
+    // Each broker serves from the new log start (B within its bounds poll).
+    for server in [&a, &b] {
+        eventually(Duration::from_secs(15), "only the new records", || {
+            values(server, "r") == ["new-0", "new-1", "new-2"]
+        });
+    }
+    assert_eq!(
+        table("SELECT count(*) FROM sluice.batches WHERE last_offset < 10"),
+        0
+    );
+    let deleted = a.metric("sluice_cluster_cleaner_index_rows_deleted_total")
+        + b.metric("sluice_cluster_cleaner_index_rows_deleted_total");
+    assert!(deleted >= 1.0, "{deleted}");
+    // A deleted topic's rows go too.
+    a.ok(&["topic", "delete", "r"], "");
+    eventually(
+        Duration::from_secs(20),
+        "the deleted topic's rows purged",
+        || {
+            table("SELECT count(*) FROM sluice.batches")
+                + table("SELECT count(*) FROM sluice.topics")
+                == 0
+        },
+    );
+}

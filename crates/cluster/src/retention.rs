@@ -36,10 +36,11 @@ use uuid::Uuid;
 
 use crate::db::{Db, DbError};
 
-/// How often the cleaner runs. Kafka checks retention every 5 minutes
-/// (`log.retention.check.interval.ms`); 30 s keeps a short `retention.ms` close to exact at
-/// the cost of a few index reads per partition per round.
-pub const CLEANER_INTERVAL: Duration = Duration::from_secs(30);
+/// How often the cleaner runs by default (`sluice serve --retention-check-interval-ms`).
+/// Kafka checks retention every 5 minutes (`log.retention.check.interval.ms`); a minute
+/// keeps a short `retention.ms` close to exact at the cost of a few index reads per
+/// partition per round.
+pub const CLEANER_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long an object no index row refers to stays in the bucket. Far longer than any
 /// commit retry (bounded by `--object-put-timeout-ms`) and any reader's gap between a row
