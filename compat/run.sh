@@ -7,18 +7,21 @@
 #   compat/run.sh --target kafka-baseline      # against a fresh Apache Kafka: checks the suite itself
 #   compat/run.sh --bootstrap 127.0.0.1:9092   # against a broker that is already running
 #   compat/run.sh --storage object             # `sluice serve --storage s3://...` on a MinIO the suite starts
+#   compat/run.sh --storage cluster            # three `sluice serve --storage s3://... --metadata postgres://...`
+#                                              # on that MinIO and a PostgreSQL the suite starts
 #   compat/run.sh -k kcat                      # any pytest arguments (paths relative to compat/python/)
 #
 # Environment: SLUICE_BIN (broker binary; default target/debug/sluice, built with cargo),
-# SLUICE_COMPAT_STORAGE (local or object: the default of --storage), SLUICE_MINIO_BIN (MinIO
-# for --storage object; default $SLUICE_TOOLS_DIR/minio or ~/.cache/sluice/tools/minio, which
-# scripts/test.sh installs), KAFKA_BASELINE_DIR (default ../shared/kafka-baseline), PYTHON
-# (default python3).
+# SLUICE_COMPAT_STORAGE (local, object or cluster: the default of --storage), SLUICE_MINIO_BIN
+# (MinIO for --storage object and cluster; default $SLUICE_TOOLS_DIR/minio or
+# ~/.cache/sluice/tools/minio, which scripts/test.sh installs), SLUICE_PG_BIN_DIR (PostgreSQL's
+# bin directory for --storage cluster; default the newest /usr/lib/postgresql/*/bin),
+# KAFKA_BASELINE_DIR (default ../shared/kafka-baseline), PYTHON (default python3).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
 
-# --storage object needs a MinIO binary; say how to get one before installing anything else.
+# --storage object and cluster need a MinIO binary; say how to get one before installing anything else.
 # (conftest.py reads --storage itself; this only looks for it.)
 storage="${SLUICE_COMPAT_STORAGE:-local}"
 prev=""
@@ -29,14 +32,22 @@ for arg in "$@"; do
   esac
   prev="$arg"
 done
-if [ "$storage" = object ]; then
+if [ "$storage" = object ] || [ "$storage" = cluster ]; then
   minio="${SLUICE_MINIO_BIN:-${SLUICE_TOOLS_DIR:-$HOME/.cache/sluice/tools}/minio}"
   if [ ! -x "$minio" ]; then
-    echo "compat: error: --storage object needs MinIO, and $minio does not exist." \
+    echo "compat: error: --storage $storage needs MinIO, and $minio does not exist." \
       "Run scripts/test.sh once (it builds MinIO into ~/.cache/sluice/tools) or set" \
       "SLUICE_MINIO_BIN to a MinIO server binary." >&2
     exit 2
   fi
+fi
+
+# --storage cluster also needs PostgreSQL's server binaries (Debian's postgresql package,
+# installed if missing, as scripts/test.sh does; the suite starts its own server).
+if [ "$storage" = cluster ]; then
+  # shellcheck source=../scripts/lib/postgres.sh
+  . "$here/../scripts/lib/postgres.sh"
+  ensure_postgres >&2
 fi
 
 need() { command -v "$1" >/dev/null 2>&1; }

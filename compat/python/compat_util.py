@@ -269,3 +269,53 @@ class Steps:
 
     def ok(self, step: str):
         self.passed.add(step)
+
+
+def find_coordinator(bootstrap: str, group: str, timeout_s: float = 30) -> str:
+    """"HOST:PORT" of the broker FindCoordinator names for `group` (asked through any broker of
+    `bootstrap`, a comma-separated list; retried while there is no coordinator or the broker
+    asked is down), with kafka-python's protocol classes."""
+    from kafka.net.compat import KafkaNetClient
+    from kafka.protocol.metadata import FindCoordinatorRequest
+
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        client = KafkaNetClient(bootstrap_servers=bootstrap.split(","), client_id="compat-find-coordinator")
+        try:
+            client.check_version()
+            resp = client.send_and_receive(
+                client.least_loaded_node(bootstrap_fallback=True),
+                FindCoordinatorRequest(key=group, key_type=0, max_version=3),
+                timeout_ms=5000,
+            )
+            if resp.error_code == 0:
+                return f"{resp.host}:{resp.port}"
+            last = f"error code {resp.error_code}"
+        except Exception as e:  # a broker down, a connection refused: ask again
+            last = repr(e)
+        finally:
+            client.close()
+        time.sleep(0.5)
+    raise AssertionError(f"no coordinator for group {group} within {timeout_s} s: {last}")
+
+
+def wait_known_everywhere(bootstrap: str, topic: str, partitions: int, timeout_s: float = 15):
+    """Wait until Metadata through EACH broker of `bootstrap` (comma-separated) lists `topic`
+    with `partitions` partitions. With one broker, a check that the topic is there; with a
+    cluster (--storage cluster), every broker's catalog then has the topic, which a broker
+    otherwise learns within its catalog refresh (1 s) of a creation through another broker:
+    until then some requests through it (ListOffsets; a Produce whose reload is rate-limited)
+    answer UNKNOWN_TOPIC_OR_PARTITION, which a non-idempotent producer's retries can turn into
+    records out of order (see compat/README.md, cluster mode)."""
+    from confluent_kafka.admin import AdminClient
+
+    for addr in bootstrap.split(","):
+        admin = AdminClient({"bootstrap.servers": addr, "client.id": "compat-topic-known"})
+        wait_until(
+            lambda: (t := admin.list_topics(topic, timeout=10).topics.get(topic)) is not None
+            and t.error is None
+            and len(t.partitions) == partitions,
+            timeout_s,
+            f"{topic} with {partitions} partitions in Metadata through {addr}",
+        )

@@ -15,6 +15,15 @@ and, for the brokers it starts (`--target sluice`), where they keep their data:
                            root credentials), each SluiceBroker with a bucket of its own; the
                            data directory is then only a cache. MinIO is stopped by its PID at
                            the end of the session (also on failure) and its directory removed
+  --storage cluster        THREE brokers in cluster mode (`sluice serve --storage s3://BUCKET/compat
+                           --metadata postgres://...`) on one bucket of that MinIO and one database
+                           of a PostgreSQL this file also starts once per session (free loopback
+                           port, a temporary directory, a random password; as the `postgres`
+                           user when run as root). `bootstrap` then lists all three brokers
+                           ("127.0.0.1:A,127.0.0.1:B,127.0.0.1:C"), `http_url` is broker A's.
+                           Tests that start brokers of their own start a SluiceCluster (a bucket
+                           and a database of its own). PostgreSQL is stopped by its PID at the
+                           end of the session (also on failure) and its directory removed
 
 Tests ask for `bootstrap` ("127.0.0.1:NNNNN"), and the HTTP API tests for `http_url`
 ("http://127.0.0.1:NNNNN", Sluice only: they skip against Kafka); test_crash.py instead starts,
@@ -70,9 +79,22 @@ MINIO_READY_S = 30  # MinIO's start until /minio/health/ready answers 200 and a 
 MINIO_STOP_S = 10  # SIGTERM grace period before SIGKILL
 MINIO_HTTP_S = 5  # bound on each readiness probe and CreateBucket request
 MINIO_REGION = "us-east-1"  # MinIO's default region; what requests are signed for
+CLUSTER_BROKERS = 3  # brokers of a cluster (--storage cluster)
+# A started cluster's brokers must all list each other within this (a broker learns of the
+# others at its next heartbeat, every second; a broker restarted on an address still listed
+# under its old id makes the list differ until that id's lease (5 s) expires).
+CLUSTER_AGREE_S = 20
+PG_READY_S = 30  # PostgreSQL's start until it accepts connections (about a second)
+PG_STOP_S = 15  # SIGINT (fast shutdown) grace period before SIGKILL
+PG_USER = "sluice"  # the superuser of the PostgreSQL the suite starts
 
-# "local" or "object", set from --storage in pytest_configure (before any broker starts).
+# "local", "object" or "cluster", set from --storage in pytest_configure (before any broker starts).
 STORAGE = "local"
+
+
+def cluster_mode() -> bool:
+    """Whether this run is against a cluster of brokers (--storage cluster)."""
+    return STORAGE == "cluster"
 
 
 def pytest_addoption(parser):
@@ -98,10 +120,12 @@ def pytest_addoption(parser):
     )
     group.addoption(
         "--storage",
-        choices=("local", "object"),
+        choices=("local", "object", "cluster"),
         default=os.environ.get("SLUICE_COMPAT_STORAGE") or "local",
-        help="where the `sluice serve` the suite starts keeps its data: local (the data directory) "
-        "or object (a bucket on a MinIO the suite starts; the data directory is only a cache). "
+        help="where the `sluice serve` the suite starts keeps its data: local (the data directory), "
+        "object (a bucket on a MinIO the suite starts; the data directory is only a cache) or "
+        "cluster (three brokers in cluster mode on one bucket of that MinIO and one database of a "
+        "PostgreSQL the suite starts; the bootstrap string lists all three). "
         "Default: $SLUICE_COMPAT_STORAGE, else local",
     )
     group.addoption(
@@ -119,14 +143,19 @@ def pytest_configure(config):
     # every broker and MinIO this process started (also those a test starts of its own).
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_keyboard_interrupt)
-    if STORAGE == "object" and config.getoption("--target") == "sluice" and not config.getoption("--bootstrap"):
+    if STORAGE in ("object", "cluster") and config.getoption("--target") == "sluice" and not config.getoption("--bootstrap"):
         try:
             minio_bin()
+            if STORAGE == "cluster":
+                pg_bin_dir()
         except RuntimeError as e:
             raise pytest.UsageError(str(e))
 
 
 def pytest_unconfigure(config):
+    # After the session's fixtures (the brokers) are gone: they stop while their bucket and
+    # database are still there.
+    stop_postgres()
     stop_minio()
 
 
@@ -144,7 +173,13 @@ def pytest_report_header(config):
                     f"object (sluice serve --storage s3://<bucket>/{OBJECT_PREFIX} on MinIO {minio_bin()}, "
                     f"--object-linger-ms {OBJECT_LINGER_MS})"
                     if STORAGE == "object"
-                    else "local (the data directory)"
+                    else (
+                        f"cluster ({CLUSTER_BROKERS} x sluice serve --storage s3://<bucket>/{OBJECT_PREFIX} "
+                        f"--metadata postgres://...; MinIO {minio_bin()}, PostgreSQL {pg_bin_dir()}, "
+                        f"--object-linger-ms {OBJECT_LINGER_MS})"
+                        if STORAGE == "cluster"
+                        else "local (the data directory)"
+                    )
                 )
             )
     return lines + [f"compat clients: {client_versions()}"]
@@ -419,6 +454,216 @@ def stop_minio():
 atexit.register(stop_minio)
 
 
+# --------------------------------------------------------------------------- PostgreSQL (--storage cluster)
+
+
+def pg_bin_dir() -> Path:
+    """SLUICE_PG_BIN_DIR, else the newest /usr/lib/postgresql/<version>/bin with initdb (Debian's
+    layout; scripts/lib/postgres.sh installs it, and compat/run.sh calls that in cluster mode).
+    RuntimeError saying how to get it when it is missing."""
+    explicit = os.environ.get("SLUICE_PG_BIN_DIR")
+    if explicit:
+        path = Path(explicit)
+        if not (path / "initdb").is_file():
+            raise RuntimeError(f"SLUICE_PG_BIN_DIR={explicit} has no initdb; point it at PostgreSQL's bin directory")
+        return path
+    found = []
+    for d in Path("/usr/lib/postgresql").glob("*/bin"):
+        if d.parent.name.isdigit() and (d / "initdb").is_file():
+            found.append((int(d.parent.name), d))
+    if not found:
+        raise RuntimeError(
+            "--storage cluster needs PostgreSQL, and there is no /usr/lib/postgresql/*/bin/initdb: run "
+            "compat/run.sh (it installs Debian's postgresql package) or set SLUICE_PG_BIN_DIR to its bin directory"
+        )
+    return max(found)[1]
+
+
+def _postgres_ids() -> tuple[int, int] | None:
+    """(uid, gid) of the `postgres` user when this process runs as root (PostgreSQL refuses to
+    run as root); None otherwise."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam("postgres")
+    except KeyError:
+        raise RuntimeError(
+            "running as root, and there is no `postgres` user to run PostgreSQL as (it refuses root): "
+            "install Debian's postgresql package, which creates it"
+        )
+    return entry.pw_uid, entry.pw_gid
+
+
+class PostgresServer:
+    """A PostgreSQL server on a free 127.0.0.1 port, in a temporary directory, as in
+    crates/testkit/src/postgres.rs: `initdb` with one superuser (`sluice`) and a random password
+    (SCRAM-SHA-256), then `postgres` itself started directly (no pg_ctl), so the PID held here
+    is the postmaster's own. fsync, synchronous_commit and full_page_writes are off (a test
+    database: commits are cheap, a crash of the machine is not a concern here). As root, initdb
+    and the server run as the `postgres` user (uid and gid switched in the child, the directory
+    handed to it). Its log goes to compat/.logs/postgres.log; stop() ends it by PID (SIGINT,
+    a fast shutdown, then SIGKILL) and removes the directory."""
+
+    def __init__(self):
+        self.bin_dir = pg_bin_dir()
+        self.run_as = _postgres_ids()
+        self.root: str | None = None
+        self.port: int | None = None
+        self.password = secrets.token_hex(16)
+        self.proc: subprocess.Popen | None = None
+        self.log_path = LOG_DIR / "postgres.log"
+
+    def url_for(self, database: str) -> str:
+        return f"postgres://{PG_USER}:{self.password}@127.0.0.1:{self.port}/{database}"
+
+    def _as_server_user(self) -> dict:
+        """Popen arguments that run a child as the user the server runs as."""
+        if self.run_as is None:
+            return {}
+        uid, gid = self.run_as
+        return dict(user=uid, group=gid, extra_groups=[])
+
+    def _env(self) -> dict:
+        # The server user's HOME is the temporary directory, so nothing looks for root's.
+        return dict(os.environ, HOME=self.root, LC_ALL="C")
+
+    def start(self):
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.root = tempfile.mkdtemp(prefix="sluice-compat-pg-")
+        if self.run_as is not None:
+            os.chown(self.root, *self.run_as)
+        (self.port,) = free_ports(1)
+        pwfile = os.path.join(self.root, "pwfile")
+        with open(pwfile, "w") as f:
+            f.write(self.password + "\n")
+        if self.run_as is not None:
+            os.chown(pwfile, *self.run_as)
+        with open(self.log_path, "wb") as log:
+            r = subprocess.run(
+                [
+                    str(self.bin_dir / "initdb"), "-D", os.path.join(self.root, "data"), "-U", PG_USER,
+                    "--auth=scram-sha-256", "--no-sync", "--encoding=UTF8", "--locale=C", f"--pwfile={pwfile}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                env=self._env(),
+                timeout=120,
+                **self._as_server_user(),
+            )
+        os.unlink(pwfile)
+        if r.returncode != 0:
+            raise RuntimeError(f"initdb failed (status {r.returncode}):\n{tail(self.log_path)}")
+        log = open(self.log_path, "ab")
+        log.write(f"$ postgres -D {self.root}/data -p {self.port} (listen_addresses=127.0.0.1)\n".encode())
+        log.flush()
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    str(self.bin_dir / "postgres"), "-D", os.path.join(self.root, "data"), "-p", str(self.port),
+                    "-c", "listen_addresses=127.0.0.1",
+                    # The socket directory is the server's own (the default may not be writable).
+                    "-c", f"unix_socket_directories={self.root}",
+                    "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                    "-c", "max_connections=200", "-c", "shared_buffers=32MB",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                env=self._env(),
+                preexec_fn=_die_with_parent,  # (runs after the switch of user: the setting survives)
+                **self._as_server_user(),
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + PG_READY_S
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"postgres exited during start (status {self.proc.returncode}):\n{tail(self.log_path)}")
+            ready = subprocess.run(
+                [str(self.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port), "-t", "2"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if ready.returncode == 0:
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"postgres did not accept connections within {PG_READY_S} s:\n{tail(self.log_path)}")
+            time.sleep(0.1)
+
+    def psql(self, database: str, sql: str) -> str:
+        """One SQL command with psql (as the superuser over TCP); its output, unaligned."""
+        r = subprocess.run(
+            [
+                str(self.bin_dir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                "-h", "127.0.0.1", "-p", str(self.port), "-U", PG_USER, "-d", database, "-c", sql,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PGPASSWORD=self.password, PGCONNECT_TIMEOUT="5"),
+            timeout=60,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"psql -c {sql!r} failed: {r.stderr.strip()}")
+        return r.stdout
+
+    def create_database(self, name: str):
+        self.psql("postgres", f"CREATE DATABASE {name}")
+
+    def stop(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)  # fast shutdown: ends the brokers' sessions
+                try:
+                    self.proc.wait(PG_STOP_S)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
+            self.proc = None
+        if self.root:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+
+_postgres: PostgresServer | None = None  # the session's PostgreSQL, started by the first cluster
+_postgres_lock = threading.Lock()
+
+
+def session_postgres() -> PostgresServer:
+    """The PostgreSQL of this session, started on first use; stopped by stop_postgres()
+    (pytest_unconfigure, and atexit for a pytest that ends otherwise)."""
+    global _postgres
+    with _postgres_lock:
+        if _postgres is None:
+            pg = PostgresServer()
+            try:
+                pg.start()
+            except Exception:
+                pg.stop()
+                raise
+            _postgres = pg
+        return _postgres
+
+
+def stop_postgres():
+    global _postgres
+    with _postgres_lock:
+        if _postgres is not None:
+            _postgres.stop()
+            _postgres = None
+
+
+# Registered at import (after stop_minio, so it runs before it), and so after every broker's
+# atexit stop: the brokers shut down while their database is still there.
+atexit.register(stop_postgres)
+
+
 # --------------------------------------------------------------------------- brokers
 
 
@@ -448,6 +693,11 @@ class SluiceBroker:
     `--storage s3://BUCKET/compat` on the session's MinIO, in a bucket of its own made at its
     first start (so brokers the tests start next to the session's never share a prefix), and
     keeps that bucket over restarts; `new_data_dir()` gives a restart an empty data directory.
+
+    With storage="cluster" the broker is one of a SluiceCluster, which sets `storage_url` (the
+    cluster's bucket and prefix) and `metadata_url` (its database) before the first start; the
+    broker runs with `--storage ... --metadata ...`, and a restart registers it anew (a new
+    broker id) at the same address.
     """
 
     target = "sluice"
@@ -456,6 +706,7 @@ class SluiceBroker:
         self.kafka_addr = kafka_addr
         self.storage = storage or STORAGE
         self.storage_url: str | None = None  # s3://BUCKET/compat once started in object mode
+        self.metadata_url: str | None = None  # postgres://... in cluster mode (set by SluiceCluster)
         self.proc: subprocess.Popen | None = None
         self.data_dir: str | None = None
         self.bootstrap: str | None = None
@@ -516,6 +767,10 @@ class SluiceBroker:
             # A short linger keeps the suite fast (see OBJECT_LINGER_MS).
             cmd += ["--storage", self.storage_url, "--object-linger-ms", str(OBJECT_LINGER_MS)]
             env.update(minio.env())
+        elif self.storage == "cluster":
+            assert self.storage_url and self.metadata_url, "a cluster broker is started by its SluiceCluster"
+            cmd += ["--storage", self.storage_url, "--metadata", self.metadata_url, "--object-linger-ms", str(OBJECT_LINGER_MS)]
+            env.update(session_minio().env())
         # The HTTP API may come later than the Kafka listener; pass its flag once serve has it.
         try:
             usage = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30)
@@ -526,7 +781,8 @@ class SluiceBroker:
         log = open(self.log_path, "ab" if self.starts else "wb")
         self.starts += 1
         shown = {k: ("***" if k == "AWS_SECRET_ACCESS_KEY" else v) for k, v in env.items()}
-        log.write(("$ " + "".join(f"{k}={v} " for k, v in shown.items()) + " ".join(cmd) + "\n").encode())
+        shown_cmd = " ".join(re.sub(r"^(postgres://[^:/@]+:)[^@]*@", r"\1***@", arg) for arg in cmd)
+        log.write(("$ " + "".join(f"{k}={v} " for k, v in shown.items()) + shown_cmd + "\n").encode())
         log.flush()
         self.proc = subprocess.Popen(
             cmd,
@@ -630,6 +886,119 @@ class SluiceBroker:
                 self._reader.join(5)
         if self.data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class SluiceCluster:
+    """`n` brokers in cluster mode (`sluice serve --storage s3://BUCKET/compat --metadata
+    postgres://...`) on one bucket of the session's MinIO and one database of the session's
+    PostgreSQL, both made for this cluster alone (so clusters the tests start next to the
+    session's never share anything).
+
+    It looks like one SluiceBroker to the tests: `bootstrap` lists every broker
+    ("127.0.0.1:A,127.0.0.1:B,127.0.0.1:C"), `http_url` is the first broker's, start(), kill()
+    (all of them), new_data_dir() (all of them), stop(). `brokers[i]` is one broker, to kill
+    and start() again on its own. fixed_ports: each broker gets a free port picked now and
+    keeps it over restarts (crash tests); otherwise port 0 (the session's cluster). The logs
+    are compat/.logs/<log_prefix>-a.log, -b.log, ...
+    """
+
+    target = "sluice"
+    storage = "cluster"
+
+    def __init__(self, n: int = CLUSTER_BROKERS, log_prefix: str = "sluice-serve", fixed_ports: bool = False):
+        addrs = [f"127.0.0.1:{p}" for p in free_ports(n)] if fixed_ports else ["127.0.0.1:0"] * n
+        self.brokers = [
+            SluiceBroker(kafka_addr=addr, log_name=f"{log_prefix}-{chr(ord('a') + i)}.log", storage="cluster")
+            for i, addr in enumerate(addrs)
+        ]
+        self.storage_url: str | None = None
+        self.metadata_url: str | None = None
+        self.database: str | None = None
+
+    @property
+    def bootstrap(self) -> str | None:
+        if any(b.bootstrap is None for b in self.brokers):
+            return None
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def http_url(self) -> str | None:
+        return self.brokers[0].http_url
+
+    @property
+    def data_dir(self) -> tuple:
+        return tuple(b.data_dir for b in self.brokers)
+
+    def _setup(self):
+        """The cluster's bucket and database, once."""
+        if self.storage_url is not None:
+            return
+        name = "compat-" + secrets.token_hex(6)
+        session_minio().create_bucket(name)
+        pg = session_postgres()
+        database = name.replace("-", "_")
+        pg.create_database(database)
+        self.database = database
+        self.metadata_url = pg.url_for(database)
+        self.storage_url = f"s3://{name}/{OBJECT_PREFIX}"
+        for b in self.brokers:
+            b.storage_url, b.metadata_url = self.storage_url, self.metadata_url
+
+    def start(self):
+        """Start every broker that does not run, one after the other (the first one brings the
+        schema up and binds the database to the bucket); then wait until Metadata through
+        every broker lists every broker (each learns of the others at its next heartbeat, 1 s),
+        so tests start from a cluster that agrees on its members."""
+        self._setup()
+        for b in self.brokers:
+            if b.proc is None or b.proc.poll() is not None:
+                b.start()
+        self.wait_agreed()
+
+    def wait_agreed(self, timeout_s: float = CLUSTER_AGREE_S):
+        """Wait until Metadata through each broker lists exactly the brokers' addresses."""
+        from confluent_kafka.admin import AdminClient
+
+        want = sorted(b.bootstrap for b in self.brokers)
+        deadline = time.monotonic() + timeout_s
+        for b in self.brokers:
+            admin = AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "compat-cluster-ready"})
+            while True:
+                try:
+                    md = admin.list_topics(timeout=5)
+                    listed = sorted(f"{x.host}:{x.port}" for x in md.brokers.values())
+                except Exception as e:  # (KafkaException: not answering yet)
+                    listed = repr(e)
+                if listed == want:
+                    break
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"Metadata through {b.bootstrap} lists {listed}, not the cluster's {want}, after {timeout_s} s")
+                time.sleep(0.1)
+
+    def kill(self):
+        """SIGKILL every broker (by PID); their data directories stay."""
+        for b in self.brokers:
+            b.kill()
+
+    def new_data_dir(self) -> tuple:
+        """With every broker down: new, empty data directories for all of them."""
+        return tuple(b.new_data_dir() for b in self.brokers)
+
+    def exit_problem(self) -> str | None:
+        for i, b in enumerate(self.brokers):
+            problem = b.exit_problem()
+            if problem:
+                return f"broker {chr(ord('A') + i)} of the cluster: {problem}"
+        return None
+
+    def stop(self):
+        # SIGTERM to all first, so they shut down together; then each stop() waits for its own
+        # (SIGKILL after SLUICE_STOP_S) and removes its data directory.
+        for b in self.brokers:
+            if not b._stopped and b.proc is not None and b.proc.poll() is None:
+                b.proc.send_signal(signal.SIGTERM)
+        for b in self.brokers:
+            b.stop()
 
 
 class KafkaBaselineBroker:
@@ -830,6 +1199,8 @@ def broker(request):
         b = ExternalBroker(bootstrap, target, config.getoption("--http-url"))
     elif target == "kafka-baseline":
         b = KafkaBaselineBroker(request_log=config.getoption("--kafka-request-log"))
+    elif STORAGE == "cluster":
+        b = SluiceCluster()
     else:
         b = SluiceBroker()
     # Stop the broker however this process ends: normal teardown, atexit, or SIGTERM/SIGHUP

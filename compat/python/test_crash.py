@@ -17,8 +17,16 @@ Reading back is black-box, over the Kafka protocol, twice: with confluent-kafka'
 requests (kafka-python's protocol classes) for the record batches as the broker stores and
 serves them: their offsets, CRC-32C, producer id/epoch and producer sequence numbers.
 
+With --storage cluster the test owns a cluster of three brokers instead (SluiceCluster: a bucket
+and a database of its own, each broker on a fixed free port) and the producer is given all three
+addresses. Each kill is a SIGKILL of ONE broker, each of the three in turn; it stays down until
+every partition has been acknowledged again after the kill, which only the other two brokers can
+have done (the clients carried on through them once the dead broker's registry lease expired,
+about 6 s), bounded by CARRY_ON_S; then it is restarted on its address and data directory (it
+registers anew) and the producer runs 4-8 s before the next kill. The checks are the same.
+
 Environment: SLUICE_CRASH_SEED (replay a schedule), SLUICE_CRASH_SECONDS (how long the producer
-sends, default 45).
+sends, default 45; with --storage cluster at least this long, and until 5 s after the last restart).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_util import Problems, wait_until
-from conftest import LOG_DIR, TERMINAL_NOTES, SluiceBroker, _die_with_parent, free_ports, tail
+from conftest import LOG_DIR, TERMINAL_NOTES, SluiceBroker, SluiceCluster, _die_with_parent, cluster_mode, free_ports, tail
 
 COMPAT_DIR = Path(__file__).resolve().parent.parent
 JAVA_DIR = COMPAT_DIR / "java"
@@ -58,6 +66,12 @@ RESTART_S = 15  # a restarted broker must listen again within this (retrying a b
 PRODUCER_FINISH_S = 150  # after being told to stop: flush (delivery.timeout.ms is 120 s) and exit
 MIN_ACKS_PER_PHASE = 200  # acknowledgements required before the first kill and after each restart
 READ_TIMEOUT_S = 60
+# Cluster mode: after a broker's SIGKILL, every partition must be acknowledged again through the
+# other brokers within this (its registry lease of 5 s expires, Metadata stops listing it, the
+# producer moves its partitions: about 6-10 s); and the producer runs this long between a
+# restart and the next kill.
+CARRY_ON_S = 30
+CLUSTER_RUN_BETWEEN_S = (4.0, 8.0)
 
 # The value CrashProducer writes: magic, run id, partition, sequence in the partition, global
 # sequence, send time, payload length, CRC-32 of the payload; then the payload.
@@ -138,6 +152,50 @@ def read_sends(path: Path) -> Sends:
 
 def count_acks(path: Path) -> int:
     return len(read_sends(path).acks)
+
+
+class AckTail:
+    """The producer's acknowledgements as they are written, read incrementally (whole lines)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.pos = 0
+        self.rest = b""
+
+    def new(self) -> list[tuple[int, int, int, int]]:
+        """(partition, offset, seq, time ms) of the acknowledgements written since the last call."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self.pos += len(chunk)
+        *lines, self.rest = (self.rest + chunk).split(b"\n")
+        out = []
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 5 and parts[0] == b"ack":
+                out.append(tuple(int(x) for x in parts[1:5]))
+        return out
+
+
+def wait_carry_on(acks: AckTail, since: float, producer: subprocess.Popen) -> float:
+    """Cluster mode, after one broker was killed at `since` (time.time()): wait until every
+    partition has an acknowledgement stamped after it (only the live brokers can have given it).
+    Returns how long that took; fails after CARRY_ON_S."""
+    waiting = set(range(PARTITIONS))
+    while True:
+        for part, _off, _seq, t_ms in acks.new():
+            if t_ms / 1000 > since + 0.2:  # (not an answer the dead broker sent just before it died)
+                waiting.discard(part)
+        if not waiting:
+            return time.time() - since
+        assert producer.poll() is None, f"the producer exited early with status {producer.returncode}"
+        assert time.time() - since < CARRY_ON_S, (
+            f"partitions {sorted(waiting)} got no acknowledgement through the other brokers within {CARRY_ON_S} s of the kill"
+        )
+        time.sleep(0.2)
 
 
 # --------------------------------------------------------------------------- reading back
@@ -230,7 +288,7 @@ def fetch_batches(bootstrap: str, topic: str, run_id: int) -> tuple[dict[int, li
     from kafka.record import MemoryRecords
 
     client = KafkaNetClient(
-        bootstrap_servers=[bootstrap], client_id=f"compat-crash-fetch-{run_id}", receive_message_max_bytes=64 << 20
+        bootstrap_servers=bootstrap.split(","), client_id=f"compat-crash-fetch-{run_id}", receive_message_max_bytes=64 << 20
     )
     try:
         client.check_version()
@@ -494,6 +552,93 @@ def restart(broker: SluiceBroker) -> int:
             time.sleep(0.2)
 
 
+def kill_and_restart(broker: SluiceBroker, producer: subprocess.Popen, rng: random.Random, t0: float, kills: list[dict]):
+    """One broker: KILLS SIGKILLs at scheduled moments, each followed by a restart on the same
+    port and data directory after 0.5-2 s. Each kill is appended to `kills`."""
+    # Kill moments: one in each third of the sending time (after 4 s, leaving 6 s before the
+    # next third), so the producer runs before the first kill, between kills, and after the last.
+    slot = (SEND_SECONDS - 8) / KILLS
+    # Just before each kill the producer sends a burst of records, so that produce requests
+    # are in flight (being written, or written and not yet answered) when the broker dies.
+    schedule = [
+        (4 + i * slot + rng.uniform(0, slot - 6), rng.uniform(0, BURST_DELAY_S), rng.uniform(0.5, 2.0))
+        for i in range(KILLS)
+    ]
+    for i, (at, burst_delay, pause) in enumerate(schedule, 1):
+        sleep_until(t0 + at, producer)
+        producer.stdin.write(f"burst {BURST}\n".encode())
+        producer.stdin.flush()
+        time.sleep(burst_delay)
+        pid = broker.proc.pid
+        killed_at = time.time()
+        broker.kill()
+        gone_s = time.time() - killed_at
+        time.sleep(pause)
+        started_at = time.time()
+        attempts = restart(broker)
+        ready_at = time.time()
+        kills.append(
+            dict(
+                n=i,
+                at=killed_at - t0,
+                pid=pid,
+                burst_delay=burst_delay,
+                gone_s=gone_s,
+                pause=pause,
+                start_s=ready_at - started_at,
+                attempts=attempts,
+                down=ready_at - killed_at,
+                killed_at=killed_at,
+                ready_at=ready_at,
+            )
+        )
+
+
+def kill_brokers_in_turn(cluster: SluiceCluster, producer: subprocess.Popen, rng: random.Random, t0: float, acks: AckTail, kills: list[dict]):
+    """Cluster mode: KILLS SIGKILLs, of each broker in turn (A, B, C). After each, the broker
+    stays down until the producer got acknowledgements for every partition through the others
+    (wait_carry_on); then it restarts on its address and data directory, and the producer runs
+    CLUSTER_RUN_BETWEEN_S before the next kill (the first kill comes that long after t0). Just
+    before each kill the producer sends a burst, so that produce requests are in flight. Each
+    kill is appended to `kills`."""
+    at = t0 + rng.uniform(*CLUSTER_RUN_BETWEEN_S)
+    for i in range(1, KILLS + 1):
+        victim_n = (i - 1) % len(cluster.brokers)
+        victim = cluster.brokers[victim_n]
+        burst_delay = rng.uniform(0, BURST_DELAY_S)
+        sleep_until(at, producer)
+        acks.new()  # (skip what came before)
+        producer.stdin.write(f"burst {BURST}\n".encode())
+        producer.stdin.flush()
+        time.sleep(burst_delay)
+        pid = victim.proc.pid
+        killed_at = time.time()
+        victim.kill()
+        gone_s = time.time() - killed_at
+        carried_on = wait_carry_on(acks, killed_at, producer)
+        started_at = time.time()
+        attempts = restart(victim)
+        ready_at = time.time()
+        kills.append(
+            dict(
+                n=i,
+                at=killed_at - t0,
+                pid=pid,
+                broker=chr(ord("A") + victim_n),
+                burst_delay=burst_delay,
+                gone_s=gone_s,
+                pause=started_at - killed_at,
+                carried_on=carried_on,
+                start_s=ready_at - started_at,
+                attempts=attempts,
+                down=ready_at - killed_at,
+                killed_at=killed_at,
+                ready_at=ready_at,
+            )
+        )
+        at = ready_at + rng.uniform(*CLUSTER_RUN_BETWEEN_S)
+
+
 @pytest.mark.timeout(240)
 def test_crash_idempotent_producer(producer_cmd):
     assert SEND_SECONDS >= 30, "SLUICE_CRASH_SECONDS: at least 30 (three kills with progress between them)"
@@ -501,9 +646,15 @@ def test_crash_idempotent_producer(producer_cmd):
     rng = random.Random(seed)
     run_id = rng.randrange(1 << 62)
     topic = f"compat-crash-{run_id & 0xFFFFFFFF:08x}"
-    port = free_ports(1)[0]
-    print(f"crash test: seed {seed} (SLUICE_CRASH_SEED={seed} replays the kill schedule), topic {topic}, port {port}")
-    broker = SluiceBroker(kafka_addr=f"127.0.0.1:{port}", log_name="sluice-crash.log")
+    cluster = cluster_mode()
+    if cluster:
+        broker = SluiceCluster(log_prefix="sluice-crash", fixed_ports=True)
+        where = "a cluster of 3 brokers at " + ", ".join(b.kafka_addr for b in broker.brokers)
+    else:
+        port = free_ports(1)[0]
+        broker = SluiceBroker(kafka_addr=f"127.0.0.1:{port}", log_name="sluice-crash.log")
+        where = f"port {port}"
+    print(f"crash test: seed {seed} (SLUICE_CRASH_SEED={seed} replays the kill schedule), topic {topic}, {where}")
     acks_path = LOG_DIR / "crash-acks.txt"
     producer_log = LOG_DIR / "crash-producer.log"
     acks_path.unlink(missing_ok=True)
@@ -538,7 +689,8 @@ def test_crash_idempotent_producer(producer_cmd):
                     f"rate={RATE}",
                     f"linger-ms={LINGER_MS}",
                     f"max-payload={MAX_PAYLOAD}",
-                    f"max-seconds={int(SEND_SECONDS + 60)}",  # its own bound, should stdin never end
+                    # its own bound, should stdin never end
+                    f"max-seconds={int(SEND_SECONDS + 60 + (KILLS * (CARRY_ON_S + RESTART_S + 8) if cluster else 0))}",
                 ],
                 stdin=subprocess.PIPE,
                 stdout=plog,
@@ -552,44 +704,13 @@ def test_crash_idempotent_producer(producer_cmd):
             time.sleep(0.05)
         t0 = time.time()
 
-        # Kill moments: one in each third of the sending time (after 4 s, leaving 6 s before the
-        # next third), so the producer runs before the first kill, between kills, and after the last.
-        slot = (SEND_SECONDS - 8) / KILLS
-        # Just before each kill the producer sends a burst of records, so that produce requests
-        # are in flight (being written, or written and not yet answered) when the broker dies.
-        schedule = [
-            (4 + i * slot + rng.uniform(0, slot - 6), rng.uniform(0, BURST_DELAY_S), rng.uniform(0.5, 2.0))
-            for i in range(KILLS)
-        ]
-        for i, (at, burst_delay, pause) in enumerate(schedule, 1):
-            sleep_until(t0 + at, producer)
-            producer.stdin.write(f"burst {BURST}\n".encode())
-            producer.stdin.flush()
-            time.sleep(burst_delay)
-            pid = broker.proc.pid
-            killed_at = time.time()
-            broker.kill()
-            gone_s = time.time() - killed_at
-            time.sleep(pause)
-            started_at = time.time()
-            attempts = restart(broker)
-            ready_at = time.time()
-            kills.append(
-                dict(
-                    n=i,
-                    at=killed_at - t0,
-                    pid=pid,
-                    burst_delay=burst_delay,
-                    gone_s=gone_s,
-                    pause=pause,
-                    start_s=ready_at - started_at,
-                    attempts=attempts,
-                    down=ready_at - killed_at,
-                    killed_at=killed_at,
-                    ready_at=ready_at,
-                )
-            )
-        sleep_until(t0 + SEND_SECONDS, producer)
+        if cluster:
+            kill_brokers_in_turn(broker, producer, rng, t0, AckTail(acks_path), kills)
+            stop_at = max(t0 + SEND_SECONDS, kills[-1]["ready_at"] + 5)
+        else:
+            kill_and_restart(broker, producer, rng, t0, kills)
+            stop_at = t0 + SEND_SECONDS
+        sleep_until(stop_at, producer)
         stop_at = time.time()
         producer.stdin.close()  # end of input: stop sending, flush, exit
         try:
@@ -623,14 +744,19 @@ def test_crash_idempotent_producer(producer_cmd):
         # broker may or may not have written them; either way they must end up in the log once).
         retries = producer_retries(producer_log, kills)
         summary = [
-            f"crash test: seed {seed}, {SEND_SECONDS:.0f} s of sending at {RATE}/s, {KILLS} SIGKILLs; {sends.done}",
+            f"crash test{' (cluster of 3 brokers)' if cluster else ''}: seed {seed}, {stop_at - t0:.0f} s of sending at {RATE}/s, "
+            f"{KILLS} SIGKILLs; {sends.done}",
             f"  acknowledged {len(sends.acks)}, failed {len(sends.fails)}, present {stats['present']} "
             f"(not acknowledged: {stats['present, not acknowledged']}), duplicates {stats['duplicates']}, "
             f"batches {stats['batches']}, producer (id, epoch) {stats['producer ids/epochs']}",
             f"  acknowledgements per phase (before kill 1, after restarts 1..{KILLS}): {phases}",
         ] + [
-            f"  kill {k['n']}: at +{k['at']:.1f} s (pid {k['pid']}, {k['burst_delay'] * 1000:.0f} ms after a burst), gone after "
-            f"{k['gone_s']:.2f} s, paused {k['pause']:.2f} s, listening again after {k['down']:.2f} s (start {k['start_s']:.2f} s"
+            f"  kill {k['n']}: at +{k['at']:.1f} s ("
+            + (f"broker {k['broker']}, " if "broker" in k else "")
+            + f"pid {k['pid']}, {k['burst_delay'] * 1000:.0f} ms after a burst), gone after "
+            f"{k['gone_s']:.2f} s, "
+            + (f"every partition acknowledged through the others {k['carried_on']:.2f} s after the kill, " if "carried_on" in k else "")
+            + f"paused {k['pause']:.2f} s, listening again after {k['down']:.2f} s (start {k['start_s']:.2f} s"
             + (f", {k['attempts']} attempts" if k["attempts"] > 1 else "")
             + "), first acknowledgement "
             + ("none" if k["first_ack"] is None else f"{k['first_ack']:.2f} s later")
@@ -645,11 +771,17 @@ def test_crash_idempotent_producer(producer_cmd):
     finally:
         end_process(producer)
         if failed and broker.data_dir:
-            # Keep the broker's data for a look at what went wrong.
+            # Keep the broker's data for a look at what went wrong (in cluster mode the brokers'
+            # caches only: the data is in the bucket and the database, gone with the session).
             broker.kill()
             kept = LOG_DIR / "crash-data"
             shutil.rmtree(kept, ignore_errors=True)
-            shutil.copytree(broker.data_dir, kept, dirs_exist_ok=True)
+            if cluster:
+                for i, d in enumerate(broker.data_dir):
+                    if d:
+                        shutil.copytree(d, kept / chr(ord("A") + i), dirs_exist_ok=True)
+            else:
+                shutil.copytree(broker.data_dir, kept, dirs_exist_ok=True)
             if kills:
                 TERMINAL_NOTES.append(f"crash test failed (seed {seed}); kills so far: " + ", ".join(f"+{k['at']:.1f} s" for k in kills))
             TERMINAL_NOTES.append(f"crash test failed (seed {seed}); broker data kept in {kept}")

@@ -16,6 +16,14 @@ Run for the classic protocol and for KIP-848 (`group.protocol=consumer`). The te
 broker, like test_crash.py: `sluice serve` on a fixed free port (the clients reconnect to the same
 address); it is skipped with --target kafka-baseline and --bootstrap. The kill schedule comes from
 a seed the test prints; SLUICE_GROUPS_CRASH_SEED=N replays it.
+
+With --storage cluster the test owns a cluster of three brokers (a bucket and a database of its
+own, each broker on a fixed free port; the clients are given all three addresses), and each kill
+is a SIGKILL of the group's COORDINATOR (the broker FindCoordinator names at that moment). It
+stays down until every member has committed again, which it can only have done through the
+other brokers (the group moved once the dead broker's leases expired), then it is restarted on
+its address and data directory. The final kill, with the group empty, is of the coordinator
+again, and the committed offsets are read through the two others while it is down.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from conftest import SluiceBroker, free_ports
+from compat_util import find_coordinator
+from conftest import SluiceBroker, SluiceCluster, cluster_mode, free_ports
 from test_groups import (
     DRAIN_S,
     SETTLE_S,
@@ -83,8 +92,19 @@ def restart(broker) -> int:
             time.sleep(0.2)
 
 
+def coordinator_of(cluster: SluiceCluster, group: str) -> tuple[str, SluiceBroker]:
+    """The broker of the cluster FindCoordinator names for the group: (letter, broker)."""
+    addr = find_coordinator(cluster.bootstrap, group)
+    for i, b in enumerate(cluster.brokers):
+        if b.bootstrap == addr:
+            return chr(ord("A") + i), b
+    raise AssertionError(f"FindCoordinator named {addr}, which is none of the cluster's brokers {cluster.bootstrap}")
+
+
 def crash_scenario(broker, protocol: str, seed: int):
-    """The scenario against a running broker with kill() and start() (same address and data)."""
+    """The scenario against a running broker with kill() and start() (same address and data);
+    with a SluiceCluster, the group's coordinator is killed each time (see the module's doc)."""
+    cluster = broker if isinstance(broker, SluiceCluster) else None
     rng = random.Random(seed)
     run = run_id()
     bootstrap = broker.bootstrap
@@ -117,6 +137,25 @@ def crash_scenario(broker, protocol: str, seed: int):
         )
         for i in range(1, KILLS + 1):
             time.sleep(rng.uniform(2, 4))  # consuming and committing
+            if cluster is not None:
+                # Kill the coordinator; the members must commit again through the others
+                # (a commit completed after the kill cannot have gone to it), then restart it.
+                letter, victim = coordinator_of(cluster, group)
+                killed_at = now()
+                victim.kill()
+                wait_for(
+                    members,
+                    lambda: all(rec.commits_by(m.name, since=killed_at + 0.2) for m in members),
+                    RECOVER_S,
+                    lambda: f"every member to commit through the other brokers after broker {letter} (the coordinator) was "
+                    f"killed (now: {describe_assignments(members)}; commits since: "
+                    f"{[rec.commits_by(m.name, since=killed_at + 0.2) for m in members]})",
+                )
+                carried_on = now() - killed_at
+                attempts = restart(victim)
+                ready_at = now()
+                kills.append(dict(n=i, broker=letter, carried_on=carried_on, down=ready_at - killed_at, attempts=attempts))
+                continue
             killed_at = now()
             broker.kill()
             time.sleep(rng.uniform(0.5, 2.0))
@@ -148,17 +187,29 @@ def crash_scenario(broker, protocol: str, seed: int):
         assert not member_errors(members), member_errors(members)
         problems, stats = check_run(rec, feeder)
         # One more crash with the group empty: its last commits must survive it too.
-        broker.kill()
-        time.sleep(rng.uniform(0.5, 2.0))
-        restart(broker)
-        check_committed(bootstrap, group, topic, PARTITIONS, rec, problems)
+        if cluster is not None:
+            # (read through the other two while the coordinator is down)
+            _, victim = coordinator_of(cluster, group)
+            victim.kill()
+            check_committed(bootstrap, group, topic, PARTITIONS, rec, problems)
+            restart(victim)
+        else:
+            broker.kill()
+            time.sleep(rng.uniform(0.5, 2.0))
+            restart(broker)
+            check_committed(bootstrap, group, topic, PARTITIONS, rec, problems)
         note(
             [
                 f"groups crash {protocol} (seed {seed}): {KILLS} SIGKILLs while consuming (and one after); "
                 + "; ".join(
-                    f"kill {k['n']}: listening again after {k['down']:.1f} s"
+                    (
+                        f"kill {k['n']}: broker {k['broker']} (the coordinator), every member committing again "
+                        f"through the others {k['carried_on']:.1f} s after the kill, restarted, listening after {k['down']:.1f} s"
+                        if "broker" in k
+                        else f"kill {k['n']}: listening again after {k['down']:.1f} s"
+                        + f", all members committing again {k['recovered']:.1f} s later"
+                    )
                     + (f" ({k['attempts']} attempts)" if k["attempts"] > 1 else "")
-                    + f", all members committing again {k['recovered']:.1f} s later"
                     for k in kills
                 )
                 + f"; at the end {final}",
@@ -176,13 +227,26 @@ def crash_scenario(broker, protocol: str, seed: int):
             print(f"could not delete {topic}: {e!r}")
 
 
-@pytest.mark.timeout(120)
+# (cluster mode: each kill waits for the group to move to another broker, about 6-15 s)
+@pytest.mark.timeout(240 if cluster_mode() else 120)
+@pytest.mark.xfail(
+    cluster_mode(),
+    reason="cluster mode, a Sluice bug: after a broker is killed, the broker that takes over one of its partitions may "
+    "answer a Fetch at a valid offset (one already consumed through the dead broker) with OFFSET_OUT_OF_RANGE; "
+    "librdkafka then resets to auto.offset.reset (earliest here: committed records read again; latest would skip "
+    "records), e.g. 'offset reset (at offset 570 (leader epoch 0), broker 2) to cached BEGINNING offset 0: fetch "
+    "failed due to requested offset not available on the broker: Broker: Offset out of range' (compat/README.md)",
+    strict=False,
+)
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_survives_broker_crash(crash_target, protocol):
     seed = int(os.environ.get("SLUICE_GROUPS_CRASH_SEED") or random.randrange(1 << 32))
     print(f"groups crash test: seed {seed} (SLUICE_GROUPS_CRASH_SEED={seed} replays the kill schedule)")
-    port = free_ports(1)[0]
-    broker = SluiceBroker(kafka_addr=f"127.0.0.1:{port}", log_name=f"sluice-groups-crash-{protocol}.log")
+    if cluster_mode():
+        broker = SluiceCluster(log_prefix=f"sluice-groups-crash-{protocol}", fixed_ports=True)
+    else:
+        port = free_ports(1)[0]
+        broker = SluiceBroker(kafka_addr=f"127.0.0.1:{port}", log_name=f"sluice-groups-crash-{protocol}.log")
     try:
         broker.start()
         crash_scenario(broker, protocol, seed)

@@ -50,7 +50,8 @@ from openapi_core import OpenAPI
 from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 from openapi_spec_validator import validate as validate_spec
 
-from compat_util import now_ms, topic_name, wait_until
+from compat_util import find_coordinator, now_ms, topic_name, wait_until
+from conftest import cluster_mode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SPEC_PATH = REPO_ROOT / "docs" / "openapi.yaml"
@@ -381,10 +382,54 @@ def topics(http):
             pass
 
 
-def new_topic(http: Http, topics: list[str], partitions: int) -> str:
+@pytest.fixture(scope="module")
+def cluster_http(broker, spec) -> dict[str, Http]:
+    """--storage cluster: every broker's HTTP API by its Kafka address ("127.0.0.1:PORT");
+    otherwise empty."""
+    if not cluster_mode() or not hasattr(broker, "brokers"):
+        return {}
+    return {b.bootstrap: Http(b.http_url, spec) for b in broker.brokers}
+
+
+@pytest.fixture
+def group_http(http, cluster_http, bootstrap):
+    """The HTTP API to use for a group's routes: the broker's own; in cluster mode that of the
+    broker FindCoordinator names for the group (its coordinator, or for a new group the broker
+    that will take it): there the group routes of any other broker answer 503 ("the group
+    coordinator refused the request: NotCoordinator (Kafka error code 16)")."""
+
+    def for_group(group: str) -> Http:
+        if not cluster_http:
+            return http
+        return cluster_http[find_coordinator(bootstrap, group)]
+
+    return for_group
+
+
+def group_name(http: Http, group_http) -> str:
+    """A new group's name; in cluster mode one whose coordinator is the broker `http` is (so
+    that broker's /metrics shows the group)."""
+    for _ in range(100):
+        group = f"compat-http-{uuid.uuid4().hex[:8]}"
+        if group_http(group) is http:
+            return group
+    raise AssertionError(f"no group name among 100 is coordinated by {http.base}")
+
+
+def new_topic(http: Http, topics: list[str], partitions: int, cluster_http: dict[str, Http] | None = None) -> str:
     name = topic_name("http")
     http.create_topic(name, partitions)
     topics.append(name)
+    if cluster_http:
+        # Cluster mode: every broker knows the topic before Kafka clients use it (a broker
+        # learns of a topic created through another within its catalog refresh, 1 s; until
+        # then ListOffsets through it answers UNKNOWN_TOPIC_OR_PARTITION; see compat/README.md).
+        for other in cluster_http.values():
+            wait_until(
+                lambda: other.session.get(f"{other.base}/topics/{name}", timeout=HTTP_TIMEOUT_S).status_code == 200,
+                10,
+                f"{name} known to the broker at {other.base}",
+            )
     return name
 
 
@@ -456,18 +501,23 @@ def test_topic_routes(http, topics):
     http.error("GET", "/topics/compat-http-none", 404, "unknown topic")
     http.error("GET", "/topics/a%20b", 400, "invalid topic name")
     assert http.call("DELETE", f"/topics/{name}", 204).content == b""
-    http.error("DELETE", f"/topics/{name}", 404, "unknown topic")
+    # (cluster mode words it "topic '...' does not exist": the catalog's own message)
+    http.error("DELETE", f"/topics/{name}", 404, "does not exist" if cluster_mode() else "unknown topic")
     http.error("GET", f"/topics/{name}", 404, "unknown topic")
 
 
-def test_group_offset_routes(http, topics, bootstrap):
-    topic = new_topic(http, topics, 2)
+def test_group_offset_routes(http, topics, bootstrap, cluster_http, group_http):
+    topic = new_topic(http, topics, 2, cluster_http)
     # Records to have a lag against (through a Kafka producer: this test is about offsets).
     p = confluent_producer(bootstrap)
     confluent_produce(p, topic, [{"value": b"x", "partition": i % 2} for i in range(10)])
     group = f"compat-http-{uuid.uuid4().hex[:8]}"
     path = f"/groups/{group}/offsets"
-    assert http.call("GET", path, 200).json() == {"group": group, "offsets": []}
+    http = group_http(group)
+    if not cluster_mode():
+        # (Cluster mode: a group that no broker holds yet answers 503 NotCoordinator here on
+        # every broker, the one FindCoordinator names included; see compat/README.md.)
+        assert http.call("GET", path, 200).json() == {"group": group, "offsets": []}
     body = http.call(
         "POST", path, 200, json={"offsets": [{"topic": topic, "partition": 0, "offset": 2, "metadata": "m"}, {"topic": topic, "partition": 1, "offset": 5}]}
     ).json()
@@ -635,9 +685,9 @@ def settle_timestamps(expected: dict, got: dict) -> dict:
     return out
 
 
-def test_http_records_read_by_kafka_clients(http, topics, bootstrap):
+def test_http_records_read_by_kafka_clients(http, topics, bootstrap, cluster_http):
     partitions = 3
-    topic = new_topic(http, topics, partitions)
+    topic = new_topic(http, topics, partitions, cluster_http)
     base_ts = now_ms() - 60_000
     records = http_json_records(base_ts)
     before = now_ms()
@@ -698,9 +748,9 @@ def kafka_records(base_ts: int, n: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("client", ["confluent-kafka-lz4", "kafka-python"])
-def test_kafka_records_read_over_http(http, topics, bootstrap, client):
+def test_kafka_records_read_over_http(http, topics, bootstrap, client, cluster_http):
     partitions = 3
-    topic = new_topic(http, topics, partitions)
+    topic = new_topic(http, topics, partitions, cluster_http)
     records = kafka_records(now_ms() - 60_000, 400)
     if client == "confluent-kafka-lz4":
         # Several records per batch, compressed: the HTTP read decompresses them.
@@ -723,9 +773,9 @@ def test_kafka_records_read_over_http(http, topics, bootstrap, client):
     assert got == want, f"HTTP binary after {client}: {len(set(got) ^ set(want))} offsets differ"
 
 
-def test_keyed_records_land_where_kafka_clients_put_them(http, topics, bootstrap):
+def test_keyed_records_land_where_kafka_clients_put_them(http, topics, bootstrap, cluster_http):
     partitions = 7
-    topic = new_topic(http, topics, partitions)
+    topic = new_topic(http, topics, partitions, cluster_http)
     keys = [f"customer-{i}".encode() for i in range(120)] + ["ключ-ü-✓".encode(), b"\x00\xff\x10binary"]
     records = []
     for k in keys:
@@ -752,13 +802,13 @@ def produce_some(bootstrap: str, topic: str, per_partition: dict[int, int]):
     confluent_produce(p, topic, [{"value": b"x", "partition": part} for part, n in per_partition.items() for _ in range(n)])
 
 
-def test_offsets_committed_over_http_seen_by_kafka_clients(http, topics, bootstrap):
-    topic = new_topic(http, topics, 3)
+def test_offsets_committed_over_http_seen_by_kafka_clients(http, topics, bootstrap, cluster_http, group_http):
+    topic = new_topic(http, topics, 3, cluster_http)
     produce_some(bootstrap, topic, {0: 10, 1: 10, 2: 10})
     group = f"compat-http-{uuid.uuid4().hex[:8]}"
     commits = {0: 3, 1: 10, 2: 0}
     body = {"offsets": [{"topic": topic, "partition": p, "offset": o, "metadata": f"m{p}"} for p, o in commits.items()]}
-    http.call("POST", f"/groups/{group}/offsets", 200, json=body)
+    group_http(group).call("POST", f"/groups/{group}/offsets", 200, json=body)
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "client.id": f"compat-http-committed-{group}"})
     try:
@@ -778,8 +828,8 @@ def test_offsets_committed_over_http_seen_by_kafka_clients(http, topics, bootstr
 
 
 @pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
-def test_offsets_committed_by_kafka_clients_seen_over_http(http, topics, bootstrap, client):
-    topic = new_topic(http, topics, 3)
+def test_offsets_committed_by_kafka_clients_seen_over_http(http, topics, bootstrap, client, cluster_http, group_http):
+    topic = new_topic(http, topics, 3, cluster_http)
     produce_some(bootstrap, topic, {0: 8, 1: 5, 2: 2})
     group = f"compat-http-{uuid.uuid4().hex[:8]}"
     commits = {0: 6, 1: 5, 2: 1}
@@ -796,7 +846,7 @@ def test_offsets_committed_by_kafka_clients_seen_over_http(http, topics, bootstr
             kc.commit({KTopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in commits.items()})
         finally:
             kc.close()
-    body = http.call("GET", f"/groups/{group}/offsets", 200, params={"topic": topic}).json()
+    body = group_http(group).call("GET", f"/groups/{group}/offsets", 200, params={"topic": topic}).json()
     high = {0: 8, 1: 5, 2: 2}
     assert body == {
         "group": group,
@@ -807,8 +857,8 @@ def test_offsets_committed_by_kafka_clients_seen_over_http(http, topics, bootstr
     }
 
 
-def test_commit_over_http_refused_while_kafka_consumer_is_a_member(http, topics, bootstrap):
-    topic = new_topic(http, topics, 2)
+def test_commit_over_http_refused_while_kafka_consumer_is_a_member(http, topics, bootstrap, cluster_http, group_http):
+    topic = new_topic(http, topics, 2, cluster_http)
     group = f"compat-http-{uuid.uuid4().hex[:8]}"
     path = f"/groups/{group}/offsets"
     commit = {"offsets": [{"topic": topic, "partition": 0, "offset": 0}]}
@@ -823,6 +873,7 @@ def test_commit_over_http_refused_while_kafka_consumer_is_a_member(http, topics,
     )
     try:
         wait_until(lambda: kc.poll(timeout_ms=200) is not None and kc.assignment(), 30, "the consumer to join the group and get partitions")
+        http = group_http(group)
         http.error("POST", path, 409, "active members", json=commit)
         # Reading the group's offsets is fine while it has members.
         http.call("GET", path, 200)
@@ -837,14 +888,16 @@ def test_commit_over_http_refused_while_kafka_consumer_is_a_member(http, topics,
     wait_until(accepted, 20, "the commit to be accepted once the consumer left")
 
 
-def test_metrics_name_every_documented_series(http, topics, bootstrap):
+def test_metrics_name_every_documented_series(http, topics, bootstrap, cluster_http, group_http):
     # Traffic of every kind first: Kafka and HTTP produce and read, a group with a lag.
-    topic = new_topic(http, topics, 1)
+    topic = new_topic(http, topics, 1, cluster_http)
     produce_some(bootstrap, topic, {0: 3})
     http.produce(topic, {"value": "v"})
     http.read_json(topic, 0)
     confluent_read_all(bootstrap, topic, 1)
-    http.call("POST", f"/groups/compat-http-{uuid.uuid4().hex[:8]}/offsets", 200, json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]})
+    # (cluster mode: a group coordinated by this broker, whose /metrics is read)
+    group = group_name(cluster_http.get(bootstrap.split(",")[0], http), group_http)
+    http.call("POST", f"/groups/{group}/offsets", 200, json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]})
     text = http.call("GET", "/metrics", 200).text
     names = [
         "sluice_kafka_requests_total",

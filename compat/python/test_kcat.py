@@ -34,6 +34,7 @@ from compat_util import (
     now_ms,
     offset_lookups,
     topic_name,
+    wait_known_everywhere,
     wait_until,
 )
 
@@ -99,8 +100,11 @@ def consume(bootstrap: str, steps: Steps, *offset_args: str) -> list[Got]:
     return got
 
 
-def create_topic(admin: AdminClient, topic: str):
+def create_topic(admin: AdminClient, topic: str, bootstrap: str):
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)], operation_timeout=30)[topic].result(timeout=30)
+    # kcat produces without idempotence: with a cluster, every broker must know the topic first
+    # (see wait_known_everywhere).
+    wait_known_everywhere(bootstrap, topic, PARTITIONS)
 
 
 def delete_topic(admin: AdminClient, topic: str):
@@ -118,8 +122,8 @@ def admin(bootstrap, steps):
     return AdminClient({"bootstrap.servers": bootstrap, "client.id": f"compat-kcat-admin-{run_id(steps)}"})
 
 
-def test_create_topic_with_confluent_admin(admin, steps):
-    create_topic(admin, steps.topic)
+def test_create_topic_with_confluent_admin(bootstrap, admin, steps):
+    create_topic(admin, steps.topic, bootstrap)
     steps.ok("create")
 
 
@@ -133,8 +137,12 @@ def test_metadata(bootstrap, steps):
 
     md = wait_until(partitions, 30, f"{steps.topic} with {PARTITIONS} partitions and leaders in kcat -L")
     assert md["brokers"], "metadata lists no broker"
-    host_port = md["brokers"][0]["name"]
-    assert host_port == bootstrap, f"broker advertises {host_port}, clients were given {bootstrap}"
+    # One broker: it advertises exactly the address clients were given. A cluster
+    # (--storage cluster, bootstrap "A,B,C"): every broker is listed, each at its address.
+    advertised = sorted(b["name"] for b in md["brokers"])
+    assert advertised == sorted(bootstrap.split(",")), f"brokers advertise {advertised}, clients were given {bootstrap}"
+    ids = {b["id"] for b in md["brokers"]}
+    assert all(p["leader"] in ids for t in md["topics"] if t["topic"] == steps.topic for p in t["partitions"]), md
 
 
 def test_produce(bootstrap, steps):
@@ -186,7 +194,7 @@ def test_delete_topic_with_confluent_admin(admin, steps):
 def test_compressed_batches(bootstrap, admin):
     """Batches compressed with each codec come back intact (the broker stores them as sent)."""
     steps = Steps(topic_name("kcat-compressed"))
-    create_topic(admin, steps.topic)
+    create_topic(admin, steps.topic, bootstrap)
     records, lo, hi = [], None, None
     for i, codec in enumerate(CODECS):
         batch = kcat_records(i * RECORDS_PER_CODEC, RECORDS_PER_CODEC)

@@ -1,4 +1,5 @@
-"""Object-storage mode only (`--storage object`): the bucket alone brings a broker back.
+"""Object-storage and cluster mode only (`--storage object`, `--storage cluster`): the bucket
+(and in cluster mode the metadata database) alone bring the brokers back.
 
 The test owns its broker (`sluice serve --storage s3://BUCKET/compat` on a fixed free port and
 a bucket of its own on the session's MinIO). With confluent-kafka it creates a topic with a
@@ -8,6 +9,11 @@ empty one with the same bucket and prefix. Everything acknowledged must be back:
 (partitions and config), every record at the partition and offset its producer was told
 (key, value, headers, timestamp), the watermarks and the committed offsets. A producer after
 the restart must append after them, not over them.
+
+With --storage cluster the test owns a cluster of three brokers (a bucket and a database of its
+own, each broker on a fixed free port) and the clients are given all three addresses; ALL three
+are killed with SIGKILL, every data directory is deleted, and all three start again on new, empty
+ones. The checks are the same.
 
 Skipped in local mode (there the data directory is the data) and against other brokers.
 """
@@ -21,7 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, K
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from compat_util import Got, by_partition, check_read_back, make_records, now_ms, topic_name
-from conftest import SluiceBroker, free_ports
+from conftest import SluiceBroker, SluiceCluster, free_ports
 
 N = 3000  # records before the crash
 N_AFTER = 200  # records produced after the restart
@@ -36,10 +42,14 @@ def object_broker(request):
     config = request.config
     if config.getoption("--bootstrap") or config.getoption("--target") != "sluice":
         pytest.skip("object-storage test: runs only against a `sluice serve` the suite starts")
-    if config.getoption("--storage") != "object":
-        pytest.skip("object-storage test: runs only with --storage object")
-    port = free_ports(1)[0]
-    b = SluiceBroker(kafka_addr=f"127.0.0.1:{port}", log_name="sluice-object-wipe.log", storage="object")
+    storage = config.getoption("--storage")
+    if storage not in ("object", "cluster"):
+        pytest.skip("object-storage test: runs only with --storage object or cluster (in local mode the data directory is the data)")
+    if storage == "cluster":
+        b = SluiceCluster(log_prefix="sluice-object-wipe", fixed_ports=True)
+    else:
+        port = free_ports(1)[0]
+        b = SluiceBroker(kafka_addr=f"127.0.0.1:{port}", log_name="sluice-object-wipe.log", storage="object")
     try:
         b.start()
         yield b
