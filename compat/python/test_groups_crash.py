@@ -67,6 +67,15 @@ KILLS = 2
 RESTART_S = 15  # a restarted broker must listen again within this (retrying a busy port)
 RECOVER_S = 45  # after a restart, commits must complete again within this
 DELIVERY_TIMEOUT_MS = 120000  # the producer keeps retrying through the outages
+# Cluster mode: a run whose only problem is committed records read again is this bug of Sluice's
+# (compat/README.md, cluster mode findings), reported as xfail; any other problem fails.
+KNOWN_FAILOVER_BUG = (
+    "cluster mode, a Sluice bug: after a broker is killed, the broker that takes over one of its partitions may "
+    "answer a Fetch at a valid offset (one already consumed through the dead broker) with OFFSET_OUT_OF_RANGE; "
+    "librdkafka then resets to auto.offset.reset (earliest here: committed records read again; latest would skip "
+    "records), e.g. 'offset reset (at offset 570 (leader epoch 0), broker 2) to cached BEGINNING offset 0: fetch "
+    "failed due to requested offset not available on the broker: Broker: Offset out of range'."
+)
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +227,10 @@ def crash_scenario(broker, protocol: str, seed: int):
                 f"{len(rec.client_errors)} client errors reported (e.g. broker down)",
             ]
         )
+        if cluster is not None and set(problems.items) == {"duplicate of a committed record"}:
+            # Only the symptom of a known Sluice bug, and nothing else: xfail with the details.
+            details = problems.items["duplicate of a committed record"]
+            pytest.xfail(f"{KNOWN_FAILOVER_BUG} Here: {len(details)} committed records read again, e.g. {details[0]}")
         problems.raise_if_any(f"groups crash {protocol} (seed {seed})")
     finally:
         stop_all(members, feeder)
@@ -229,15 +242,6 @@ def crash_scenario(broker, protocol: str, seed: int):
 
 # (cluster mode: each kill waits for the group to move to another broker, about 6-15 s)
 @pytest.mark.timeout(240 if cluster_mode() else 120)
-@pytest.mark.xfail(
-    cluster_mode(),
-    reason="cluster mode, a Sluice bug: after a broker is killed, the broker that takes over one of its partitions may "
-    "answer a Fetch at a valid offset (one already consumed through the dead broker) with OFFSET_OUT_OF_RANGE; "
-    "librdkafka then resets to auto.offset.reset (earliest here: committed records read again; latest would skip "
-    "records), e.g. 'offset reset (at offset 570 (leader epoch 0), broker 2) to cached BEGINNING offset 0: fetch "
-    "failed due to requested offset not available on the broker: Broker: Offset out of range' (compat/README.md)",
-    strict=False,
-)
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_survives_broker_crash(crash_target, protocol):
     seed = int(os.environ.get("SLUICE_GROUPS_CRASH_SEED") or random.randrange(1 << 32))
