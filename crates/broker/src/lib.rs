@@ -107,6 +107,9 @@ const CATALOG_MISS_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::
 /// Longest such a reload may hold the request.
 const CATALOG_MISS_REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Kafka's resource type code for a topic in DescribeConfigs and AlterConfigs.
+const TOPIC_RESOURCE: i8 = 2;
+
 /// How often at most the broker logs an event that clients can repeat at will.
 const REPEATED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -339,6 +342,25 @@ impl Broker {
         }
     }
 
+    /// `then`, after a catalog reload when `missed` (the request named a topic this broker
+    /// does not know yet: in cluster mode it may have been created through another broker
+    /// within the last refresh interval, and a client that created it expects it everywhere).
+    fn after_miss(
+        self: &Arc<Self>,
+        missed: bool,
+        then: impl FnOnce(Arc<Broker>) -> BoxFuture<'static, Option<ResponseKind>> + Send + 'static,
+    ) -> BoxFuture<'static, Option<ResponseKind>> {
+        let broker = Arc::clone(self);
+        if !missed {
+            return then(broker);
+        }
+        async move {
+            broker.refresh_on_miss().await;
+            then(broker).await
+        }
+        .boxed()
+    }
+
     /// Cluster mode: reloads the catalog from the store and applies it now (what every topic
     /// change through this broker does before it answers). At once in the single-broker
     /// modes.
@@ -497,19 +519,62 @@ impl Broker {
                 handlers::metadata::start(self, req, version, &client_id, listener)
             }
             RequestKind::CreateTopics(req) => handlers::create_topics::handle(self, req, version),
-            RequestKind::DeleteTopics(req) => handlers::delete_topics::handle(self, req, version),
-            RequestKind::DescribeConfigs(req) => ready(ResponseKind::DescribeConfigs(
-                handlers::configs::describe(self, req, version),
-            )),
-            RequestKind::AlterConfigs(req) => handlers::configs::alter(self, req),
-            RequestKind::IncrementalAlterConfigs(req) => {
-                handlers::configs::incremental_alter(self, req)
+            RequestKind::DeleteTopics(req) => {
+                let names = req.topic_names.iter().map(|n| n.0.as_str()).chain(
+                    req.topics
+                        .iter()
+                        .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str())),
+                );
+                let missed = self.misses_catalog(names);
+                self.after_miss(missed, move |b| {
+                    handlers::delete_topics::handle(&b, req, version)
+                })
             }
-            RequestKind::CreatePartitions(req) => handlers::cluster::create_partitions(self, req),
+            RequestKind::DescribeConfigs(req) => {
+                let names = req
+                    .resources
+                    .iter()
+                    .filter(|r| r.resource_type == TOPIC_RESOURCE)
+                    .map(|r| r.resource_name.as_str());
+                let missed = self.misses_catalog(names);
+                self.after_miss(missed, move |b| {
+                    let response = handlers::configs::describe(&b, req, version);
+                    futures::future::ready(Some(ResponseKind::DescribeConfigs(response))).boxed()
+                })
+            }
+            RequestKind::AlterConfigs(req) => {
+                let names = req
+                    .resources
+                    .iter()
+                    .filter(|r| r.resource_type == TOPIC_RESOURCE)
+                    .map(|r| r.resource_name.as_str());
+                let missed = self.misses_catalog(names);
+                self.after_miss(missed, move |b| handlers::configs::alter(&b, req))
+            }
+            RequestKind::IncrementalAlterConfigs(req) => {
+                let names = req
+                    .resources
+                    .iter()
+                    .filter(|r| r.resource_type == TOPIC_RESOURCE)
+                    .map(|r| r.resource_name.as_str());
+                let missed = self.misses_catalog(names);
+                self.after_miss(missed, move |b| {
+                    handlers::configs::incremental_alter(&b, req)
+                })
+            }
+            RequestKind::CreatePartitions(req) => {
+                let missed = self.misses_catalog(req.topics.iter().map(|t| t.name.0.as_str()));
+                self.after_miss(missed, move |b| {
+                    handlers::cluster::create_partitions(&b, req)
+                })
+            }
             RequestKind::DescribeCluster(req) => ready(ResponseKind::DescribeCluster(
                 handlers::cluster::describe_cluster(self, req, listener),
             )),
             RequestKind::ListOffsets(req) => async move {
+                if this.misses_catalog(req.topics.iter().map(|t| t.name.0.as_str())) {
+                    this.refresh_on_miss().await;
+                }
                 let failed = handlers::list_offsets::prepare(&this, &req).await;
                 Some(ResponseKind::ListOffsets(handlers::list_offsets::handle(
                     &this, req, version, &failed,

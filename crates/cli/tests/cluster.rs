@@ -570,3 +570,26 @@ fn retention_moves_the_log_start_for_every_broker_and_deletes_index_rows() {
         },
     );
 }
+
+#[test]
+fn a_topic_created_through_one_broker_can_be_altered_through_another_at_once() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let a = start(&minio, &pg, "alter");
+    let b = start(&minio, &pg, "alter");
+    eventually(Duration::from_secs(10), "two brokers listed", || {
+        brokers_listed(&b) == 2
+    });
+    // B's copy of the catalog is refreshed every second; IncrementalAlterConfigs naming a topic
+    // it does not know yet reloads it first instead of answering UNKNOWN_TOPIC_OR_PARTITION.
+    for i in 0..3 {
+        let topic = format!("fresh-{i}");
+        a.ok(&["topic", "create", &topic, "--partitions", "2"], "");
+        b.ok(
+            &["topic", "alter", &topic, "--config", "retention.ms=60000"],
+            "",
+        );
+        let described = b.ok(&["topic", "describe", &topic], "").stdout;
+        assert!(described.contains("retention.ms"), "{described}");
+    }
+}

@@ -503,8 +503,16 @@ impl PartitionStorage for ClusterPartition {
         if st.closed || offset < st.log_start {
             return None;
         }
-        if st.confirmed && offset >= st.high_watermark {
+        if st.confirmed && offset == st.high_watermark {
             return None;
+        }
+        if st.confirmed && offset > st.high_watermark {
+            // Past what this broker knows: another broker may have committed further (a
+            // client that read there through it, before a failover, asks here next), and its
+            // notification may not have arrived yet. Read the bounds before the read answers
+            // OFFSET_OUT_OF_RANGE, which makes a consumer reset its position.
+            drop(st);
+            return Some(async move { self.load_rows(offset).await }.boxed());
         }
         let rows = Self::rows_for(&st, offset, max_bytes);
         let covered = !rows.is_empty() && st.confirmed;
