@@ -5,7 +5,7 @@
 #
 #   scripts/test.sh                            # everything in the default suite
 #   SLUICE_TEST_QUICK=1 scripts/test.sh        # skip fmt/clippy (inner dev loop)
-#   SLUICE_TEST_SKIP_COMPAT=1 scripts/test.sh  # skip the real-client suite (both modes)
+#   SLUICE_TEST_SKIP_COMPAT=1 scripts/test.sh  # skip the real-client suite (all three modes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -101,14 +101,17 @@ if [ "$status" -eq 0 ]; then
 fi
 
 # Real Kafka clients (kcat, confluent-kafka, kafka-python, Java kafka-clients) against the
-# binary cargo just built, twice: in local mode, then in object-storage mode
+# binary cargo just built, three times: in local mode, in object-storage mode
 # (`sluice serve --storage s3://...` on a MinIO the suite starts, the one ensure_minio
-# installed above). compat/run.sh installs what it needs.
+# installed above), and against three brokers in cluster mode (that MinIO and a PostgreSQL the
+# suite starts). compat/run.sh installs what it needs.
 if [ "$status" -eq 0 ] && [ -z "${SLUICE_TEST_SKIP_COMPAT:-}" ]; then
   echo "==> compat/run.sh (real Kafka clients, local mode)"
   SLUICE_BIN="$PWD/target/debug/sluice" compat/run.sh 2>&1 | tee -a "$log" || status=$?
   echo "==> compat/run.sh --storage object (real Kafka clients, object-storage mode)"
   SLUICE_BIN="$PWD/target/debug/sluice" compat/run.sh --storage object 2>&1 | tee -a "$log" || status=$?
+  echo "==> compat/run.sh --storage cluster (real Kafka clients, three brokers over MinIO and PostgreSQL)"
+  SLUICE_BIN="$PWD/target/debug/sluice" compat/run.sh --storage cluster 2>&1 | tee -a "$log" || status=$?
 fi
 
 # One overall line: cargo prints one per test binary (the last being doc-tests), pytest one.
