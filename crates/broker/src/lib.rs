@@ -45,7 +45,10 @@ use futures::future::BoxFuture;
 pub use sluice_log::{Clock, SystemClock};
 use sluice_log::{CommitConfig, GroupCommitter};
 use sluice_protocol::codec::Request;
-use sluice_protocol::kafka_protocol::messages::{RequestKind, ResponseKind};
+use sluice_protocol::kafka_protocol::messages::{
+    RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+};
+use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
 pub use config::{BrokerConfig, TopicConfig};
 use groups::assignor::TopicInfo;
@@ -109,6 +112,9 @@ const CATALOG_MISS_REFRESH_WAIT: std::time::Duration = std::time::Duration::from
 
 /// Kafka's resource type code for a topic in DescribeConfigs and AlterConfigs.
 const TOPIC_RESOURCE: i8 = 2;
+
+/// Kafka's ILLEGAL_SASL_STATE: a SASL message where none is expected.
+const ILLEGAL_SASL_STATE: i16 = 34;
 
 /// How often at most the broker logs an event that clients can repeat at will.
 const REPEATED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -668,6 +674,20 @@ impl Broker {
                 ))
             }
             .boxed(),
+            // A SASL listener's connection answers these itself until it is authenticated;
+            // any that reach the broker came on another listener or after authentication.
+            // Kafka answers ILLEGAL_SASL_STATE then too (no re-authentication: the session
+            // lifetime is 0).
+            RequestKind::SaslHandshake(_) => ready(ResponseKind::SaslHandshake(
+                SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE),
+            )),
+            RequestKind::SaslAuthenticate(_) => ready(ResponseKind::SaslAuthenticate(
+                SaslAuthenticateResponse::default()
+                    .with_error_code(ILLEGAL_SASL_STATE)
+                    .with_error_message(Some(StrBytes::from_static_str(
+                        "SASL authentication is not expected on this connection",
+                    ))),
+            )),
             other => {
                 // The decoder only lets through APIs listed in `versions::SUPPORTED`, and every
                 // one of those has an arm above.

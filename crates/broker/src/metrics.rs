@@ -65,13 +65,17 @@ pub struct Metrics {
 }
 
 /// Why the Kafka listener closed a connection on its own, as the `reason` label.
-pub const CONNECTION_CLOSE_REASONS: [&str; 6] = [
+pub const CONNECTION_CLOSE_REASONS: [&str; 8] = [
     "idle",
     "request_timeout",
     "write_stalled",
     "bad_frame",
     "malformed",
     "refused",
+    // A request other than ApiVersions or SASL before SASL authentication.
+    "unauthenticated",
+    // A failed SASL authentication (after its answer).
+    "authentication_failed",
 ];
 
 /// The Kafka listener's connection counts.
@@ -80,6 +84,9 @@ struct ListenerMetrics {
     open: AtomicU64,
     /// Indexed like [`CONNECTION_CLOSE_REASONS`].
     closed: [AtomicU64; CONNECTION_CLOSE_REASONS.len()],
+    /// SASL authentications that succeeded and failed, all listeners together.
+    sasl_successes: AtomicU64,
+    sasl_failures: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -116,6 +123,16 @@ impl Metrics {
             .fetch_add(bytes_in as u64, Ordering::Relaxed);
         self.kafka_bytes_out
             .fetch_add(bytes_out as u64, Ordering::Relaxed);
+    }
+
+    /// A SASL authentication on a Kafka connection ended: `true` succeeded, `false` failed.
+    pub fn sasl_authentication(&self, succeeded: bool) {
+        let counter = if succeeded {
+            &self.listener.sasl_successes
+        } else {
+            &self.listener.sasl_failures
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records appended through either listener.
@@ -225,7 +242,7 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
     out.family(
         "sluice_kafka_connections_closed_total",
         "counter",
-        "Kafka connections the broker closed or refused on its own, by reason (idle, request_timeout, write_stalled, bad_frame, malformed, refused).",
+        "Kafka connections the broker closed or refused on its own, by reason (idle, request_timeout, write_stalled, bad_frame, malformed, refused, unauthenticated, authentication_failed).",
     );
     for (reason, count) in CONNECTION_CLOSE_REASONS.iter().zip(&m.listener.closed) {
         out.sample(
@@ -234,6 +251,18 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
             count.load(Ordering::Relaxed),
         );
     }
+    out.single(
+        "sluice_sasl_authentication_successes_total",
+        "counter",
+        "SASL authentications on the Kafka listeners that succeeded.",
+        m.listener.sasl_successes.load(Ordering::Relaxed),
+    );
+    out.single(
+        "sluice_sasl_authentication_failures_total",
+        "counter",
+        "SASL authentications on the Kafka listeners that failed (bad credentials, malformed exchanges).",
+        m.listener.sasl_failures.load(Ordering::Relaxed),
+    );
 
     // Memory budget.
     let memory = broker.memory();

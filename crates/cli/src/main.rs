@@ -11,6 +11,7 @@ mod produce;
 mod serve;
 mod settings;
 mod topic;
+mod user;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,7 @@ enum Command {
     Group(group::GroupArgs),
     ApiKey(apikey::ApiKeyArgs),
     Bench(bench::BenchArgs),
+    User(user::UserArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::Group(args) => group::run(args),
         Command::ApiKey(args) => apikey::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::User(args) => user::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -23,6 +23,10 @@ use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_conf
 ///   sluice serve --listeners "SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092" \
 ///     --tls-cert server.crt --tls-key server.key [--tls-client-ca ca.crt]
 ///
+/// SASL (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN; users from `sluice user add`):
+///   sluice serve --listeners "SASL_SSL://0.0.0.0:9094,PLAINTEXT://127.0.0.1:9092" \
+///     --tls-cert server.crt --tls-key server.key --sasl-mechanisms SCRAM-SHA-512,PLAIN
+///
 /// Every setting can also come from a TOML file (--config) or an environment variable; flags win
 /// over the environment, which wins over the file. A port of 0 picks a free port; the bound
 /// addresses are logged as `kafka listening on HOST:PORT` (followed by ` (SSL)` on an SSL
@@ -38,7 +42,8 @@ use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_conf
 #[command(verbatim_doc_comment)]
 pub struct ServeArgs {
     /// TOML config file (keys: data_dir, kafka_addr, listeners, advertised_listeners, tls_cert,
-    /// tls_key, tls_client_ca, ssl_principal_mapping_rules, http_addr, http_allow_anonymous,
+    /// tls_key, tls_client_ca, ssl_principal_mapping_rules, sasl_mechanisms,
+    /// sasl_plain_over_plaintext, http_addr, http_allow_anonymous,
     /// http_max_body_bytes, http_max_records_per_request, http_max_concurrent_requests,
     /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
     /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
@@ -74,6 +79,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         listeners,
         advertised_listeners,
         tls,
+        sasl,
         http,
         http_config,
         auth,
@@ -87,6 +93,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let needs_tls = listeners.iter().any(|l| l.protocol.uses_tls());
     let tls = match tls.filter(|_| needs_tls) {
         Some(settings) => Some(sluice_server::tls::TlsState::load(settings)?),
+        None => None,
+    };
+    // A user file that does not load stops the start here too.
+    let sasl = match sasl {
+        Some(mechanisms) => {
+            let users = Arc::new(sluice_server::sasl::Users::open(&data_dir)?);
+            Some(Arc::new(sluice_server::sasl::Sasl::new(mechanisms, users)))
+        }
         None => None,
     };
     raise_open_files_limit(server_config.max_connections, http_config.max_connections);
@@ -222,6 +236,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 index,
                 protocol,
                 tls: tls.clone().filter(|_| protocol.uses_tls()),
+                sasl: sasl.clone().filter(|_| protocol.uses_sasl()),
             };
             servers.push(tokio::spawn(sluice_server::serve(
                 listener,
@@ -233,6 +248,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             )));
         }
         let tls_reload = tls.map(|tls| tokio::spawn(tls.watch(stop_rx.clone())));
+        // Users added with `sluice user add` while the broker runs can log in a few
+        // seconds later.
+        let users_reload = sasl
+            .as_ref()
+            .map(|sasl| tokio::spawn(Arc::clone(sasl.users()).watch(stop_rx.clone())));
         let reload = args.config.clone().map(|path| {
             tokio::spawn(reload_keys(path, Arc::clone(&auth), stop_rx.clone()))
         });
@@ -259,6 +279,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         if let Some(tls_reload) = tls_reload {
             let _ = tls_reload.await;
+        }
+        if let Some(users_reload) = users_reload {
+            let _ = users_reload.await;
         }
         if let Some(http) = http {
             match http.await {

@@ -24,6 +24,7 @@ use sluice_http::auth::{ApiKeyConfig, Auth};
 use sluice_server::ServerConfig;
 use sluice_server::listeners::{ListenerSpec, SecurityProtocol, parse_listeners};
 use sluice_server::principal::PrincipalMapper;
+use sluice_server::sasl::{Mechanism, parse_mechanisms};
 use sluice_server::tls::TlsSettings;
 
 use crate::bytesize::ByteSize;
@@ -69,9 +70,9 @@ settings! {
         #[arg(long, env = "SLUICE_KAFKA_ADDR")]
         kafka_addr: String,
         /// Kafka listeners, as Kafka writes them: PROTOCOL://HOST:PORT, comma-separated, e.g.
-        /// "SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092". Protocols: PLAINTEXT and SSL
-        /// (SASL_PLAINTEXT and SASL_SSL need --sasl-mechanisms, not in this version). A port of
-        /// 0 picks a free one. See docs/security.md [default: PLAINTEXT://--kafka-addr]
+        /// "SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092". Protocols: PLAINTEXT, SSL,
+        /// SASL_PLAINTEXT and SASL_SSL (the SASL ones need --sasl-mechanisms). A port of 0
+        /// picks a free one. See docs/security.md [default: PLAINTEXT://--kafka-addr]
         #[arg(long, env = "SLUICE_LISTENERS")]
         listeners: String,
         /// The address clients are told for each listener, in the same form:
@@ -98,6 +99,16 @@ settings! {
         /// "RULE:^CN=([^,]*),.*$/$1/L,DEFAULT" [default: DEFAULT]
         #[arg(long, env = "SLUICE_SSL_PRINCIPAL_MAPPING_RULES")]
         ssl_principal_mapping_rules: String,
+        /// SASL_PLAINTEXT and SASL_SSL listeners: the mechanisms clients may use,
+        /// comma-separated, of SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN. Users are kept in
+        /// DATA_DIR/security/users.json (`sluice user add`, or kafka-configs --alter
+        /// --entity-type users). Local-disk mode only in this version [default: none]
+        #[arg(long, env = "SLUICE_SASL_MECHANISMS")]
+        sasl_mechanisms: String,
+        /// Allow PLAIN on a SASL_PLAINTEXT listener, where the password crosses the network
+        /// in clear text [default: false, PLAIN only on SASL_SSL]
+        #[arg(long, env = "SLUICE_SASL_PLAIN_OVER_PLAINTEXT")]
+        sasl_plain_over_plaintext: bool,
         /// HTTP API listener address; "off" disables the HTTP API [default: 127.0.0.1:8080]
         #[arg(long, env = "SLUICE_HTTP_ADDR")]
         http_addr: String,
@@ -276,8 +287,10 @@ pub struct Resolved {
     pub listeners: Vec<ListenerSpec>,
     /// The advertised address of each listener, by protocol (`None`: the bound address).
     pub advertised_listeners: Vec<ListenerSpec>,
-    /// Given when any listener is SSL; loaded before anything binds.
+    /// Given when any listener is SSL or SASL_SSL; loaded before anything binds.
     pub tls: Option<TlsSettings>,
+    /// The SASL mechanisms, given when any listener is SASL_PLAINTEXT or SASL_SSL.
+    pub sasl: Option<Vec<Mechanism>>,
     /// The listener's IP when unset.
     pub advertised_host: Option<String>,
     /// `None`: the HTTP API is off.
@@ -351,7 +364,7 @@ impl Settings {
             .data_dir
             .clone()
             .unwrap_or_else(|| "sluice-data".into());
-        let (listeners, advertised_listeners, tls) = self.listeners()?;
+        let (listeners, advertised_listeners, tls, sasl) = self.listeners()?;
         let mut broker_config = self.broker_config(&data_dir);
         let mut server_config = ServerConfig::default();
         self.apply_kafka_connections(&mut server_config);
@@ -365,6 +378,11 @@ impl Settings {
         if !(100..=86_400_000).contains(&retention_check_interval_ms) {
             bail!(
                 "retention_check_interval_ms must be between 100 and 86400000 (a day), not {retention_check_interval_ms}"
+            );
+        }
+        if storage.is_some() && sasl.is_some() {
+            bail!(
+                "--sasl-mechanisms is for local-disk mode in this version: the SASL users live on one broker's disk, which --storage must not depend on; use SSL with client certificates there"
             );
         }
         if storage.as_ref().is_some_and(|s| s.metadata.is_some()) && listeners.len() > 1 {
@@ -383,6 +401,7 @@ impl Settings {
             listeners,
             advertised_listeners,
             tls,
+            sasl,
             advertised_host: self.advertised_host,
             http,
             http_config,
@@ -395,10 +414,17 @@ impl Settings {
     }
 
     /// The Kafka listeners (`--listeners`, else one PLAINTEXT listener on `--kafka-addr`), their
-    /// advertised addresses, and the TLS settings when a listener needs them.
+    /// advertised addresses, and the TLS settings and SASL mechanisms when a listener needs
+    /// them.
+    #[allow(clippy::type_complexity)]
     fn listeners(
         &self,
-    ) -> anyhow::Result<(Vec<ListenerSpec>, Vec<ListenerSpec>, Option<TlsSettings>)> {
+    ) -> anyhow::Result<(
+        Vec<ListenerSpec>,
+        Vec<ListenerSpec>,
+        Option<TlsSettings>,
+        Option<Vec<Mechanism>>,
+    )> {
         let listeners = match self.listeners.as_deref() {
             Some(text) => parse_listeners(text, "listeners")?,
             None => {
@@ -406,11 +432,9 @@ impl Settings {
                 parse_listeners(&format!("PLAINTEXT://{addr}"), "kafka_addr")?
             }
         };
-        if let Some(sasl) = listeners.iter().find(|l| l.protocol.uses_sasl()) {
-            bail!(
-                "listener {sasl}: SASL listeners need --sasl-mechanisms, which this version of sluice does not have yet; use PLAINTEXT or SSL"
-            );
-        }
+        // Before the TLS files: a SASL_SSL listener without mechanisms names the missing flag
+        // first.
+        let sasl = self.sasl(&listeners)?;
         let advertised = match self.advertised_listeners.as_deref() {
             Some(text) => parse_listeners(text, "advertised_listeners")?,
             None => Vec::new(),
@@ -426,9 +450,7 @@ impl Settings {
                 bail!("advertised_listeners: {a} must name the host and port clients connect to");
             }
         }
-        let needs_tls = listeners
-            .iter()
-            .any(|l| l.protocol == SecurityProtocol::Ssl);
+        let needs_tls = listeners.iter().find(|l| l.protocol.uses_tls());
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsSettings {
                 cert: cert.clone(),
@@ -438,8 +460,12 @@ impl Settings {
                     self.ssl_principal_mapping_rules.as_deref().unwrap_or(""),
                 )?,
             }),
-            (None, None) if needs_tls => bail!(
-                "an SSL listener needs --tls-cert and --tls-key (PEM files; see docs/security.md)"
+            (None, None) if needs_tls.is_some() => bail!(
+                "{} listener needs --tls-cert and --tls-key (PEM files; see docs/security.md)",
+                match needs_tls.map(|l| l.protocol) {
+                    Some(SecurityProtocol::SaslSsl) => "a SASL_SSL",
+                    _ => "an SSL",
+                }
             ),
             (None, None) => None,
             (Some(_), None) => bail!("--tls-cert needs --tls-key, the certificate's private key"),
@@ -448,7 +474,35 @@ impl Settings {
         if tls.is_none() && self.tls_client_ca.is_some() {
             bail!("--tls-client-ca needs --tls-cert and --tls-key");
         }
-        Ok((listeners, advertised, tls.filter(|_| needs_tls)))
+        let needs_tls = needs_tls.is_some();
+        Ok((listeners, advertised, tls.filter(|_| needs_tls), sasl))
+    }
+
+    /// The SASL mechanisms when a listener needs them. PLAIN sends the password itself, so a
+    /// SASL_PLAINTEXT listener offers it only when `sasl_plain_over_plaintext` says so.
+    fn sasl(&self, listeners: &[ListenerSpec]) -> anyhow::Result<Option<Vec<Mechanism>>> {
+        let sasl_listener = listeners.iter().find(|l| l.protocol.uses_sasl());
+        let mechanisms = match (self.sasl_mechanisms.as_deref(), sasl_listener) {
+            (None, None) => return Ok(None),
+            (None, Some(l)) => bail!(
+                "listener {l}: SASL listeners need --sasl-mechanisms (e.g. SCRAM-SHA-512,SCRAM-SHA-256; see docs/security.md)"
+            ),
+            (Some(_), None) => bail!(
+                "--sasl-mechanisms needs a SASL_PLAINTEXT or SASL_SSL listener in --listeners"
+            ),
+            (Some(text), Some(_)) => parse_mechanisms(text).map_err(anyhow::Error::msg)?,
+        };
+        if mechanisms.contains(&Mechanism::Plain)
+            && !self.sasl_plain_over_plaintext.unwrap_or(false)
+            && let Some(l) = listeners
+                .iter()
+                .find(|l| l.protocol == SecurityProtocol::SaslPlaintext)
+        {
+            bail!(
+                "listener {l}: PLAIN would send passwords in clear text on SASL_PLAINTEXT; use SASL_SSL, drop PLAIN from --sasl-mechanisms, or force it with --sasl-plain-over-plaintext true"
+            );
+        }
+        Ok(Some(mechanisms))
     }
 
     /// Object-storage mode's settings when `storage` names a bucket (`local`, empty or unset:
@@ -937,6 +991,47 @@ mod tests {
                     ..base()
                 },
                 "listener SASL_SSL://127.0.0.1:9094: SASL listeners need --sasl-mechanisms",
+            ),
+            (
+                Settings {
+                    listeners: Some("SASL_SSL://127.0.0.1:9094".to_owned()),
+                    sasl_mechanisms: Some("SCRAM-SHA-512".to_owned()),
+                    ..base()
+                },
+                "a SASL_SSL listener needs --tls-cert and --tls-key",
+            ),
+            (
+                Settings {
+                    listeners: Some("SASL_PLAINTEXT://127.0.0.1:9094".to_owned()),
+                    sasl_mechanisms: Some("SCRAM-SHA-512,PLAIN".to_owned()),
+                    ..base()
+                },
+                "listener SASL_PLAINTEXT://127.0.0.1:9094: PLAIN would send passwords in clear text",
+            ),
+            (
+                Settings {
+                    listeners: Some("SASL_PLAINTEXT://127.0.0.1:9094".to_owned()),
+                    sasl_mechanisms: Some("SCRAM-SHA-1".to_owned()),
+                    ..base()
+                },
+                "invalid sasl_mechanisms: unknown mechanism 'SCRAM-SHA-1'",
+            ),
+            (
+                Settings {
+                    listeners: Some("PLAINTEXT://127.0.0.1:9092".to_owned()),
+                    sasl_mechanisms: Some("SCRAM-SHA-512".to_owned()),
+                    ..base()
+                },
+                "--sasl-mechanisms needs a SASL_PLAINTEXT or SASL_SSL listener",
+            ),
+            (
+                Settings {
+                    listeners: Some("SASL_PLAINTEXT://127.0.0.1:9094".to_owned()),
+                    sasl_mechanisms: Some("SCRAM-SHA-512".to_owned()),
+                    storage: Some("s3://bucket/prefix".to_owned()),
+                    ..base()
+                },
+                "--sasl-mechanisms is for local-disk mode in this version",
             ),
             (
                 Settings {

@@ -34,6 +34,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // v0 is followed by the SASL tokens as bare size-prefixed frames instead of
+    // SaslAuthenticate requests. Kafka 4 still serves it (KIP-896 kept it for older
+    // clients), and librdkafka uses SASL only with a broker that lists v0.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The supported version range of `api`, if Sluice implements it.

@@ -39,7 +39,9 @@ use sluice_broker::memory::{Ask, Class, Reservation};
 use sluice_broker::{Broker, Caller, Response};
 use sluice_protocol::codec::{self, DecodeError};
 use sluice_protocol::frame;
-use sluice_protocol::kafka_protocol::messages::ApiKey;
+use sluice_protocol::kafka_protocol::messages::{
+    ApiKey, RequestKind, ResponseKind, SaslAuthenticateRequest,
+};
 use tokio::io::{AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -47,6 +49,7 @@ use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 
 use crate::limits::ConnectionSlot;
+use crate::sasl::{SaslSession, Step};
 use crate::{ServerConfig, Shared};
 
 /// Bytes a connection reads at a time when no larger frame is under way. Small requests
@@ -84,6 +87,11 @@ enum Close {
     Idle(Duration),
     /// The first bytes on a PLAINTEXT listener were a TLS handshake.
     TlsOnPlaintext,
+    /// A request other than ApiVersions, SaslHandshake or SaslAuthenticate before SASL
+    /// authentication.
+    Unauthenticated(ApiKey),
+    /// SASL authentication failed; its answer has been written.
+    AuthenticationFailed,
 }
 
 /// The byte stream under a connection.
@@ -228,6 +236,11 @@ pub(crate) struct Connection {
     /// What requests carry to the broker: the peer, the listener, the principal.
     pub caller: Caller,
     pub client_id: Option<String>,
+    /// SASL listeners: where authentication stands (`None` on other listeners).
+    pub sasl: Option<SaslSession>,
+    /// Set when the connection must close once the responses started so far are written (a
+    /// failed SASL authentication): nothing more is read or started.
+    pub closing: bool,
     /// This connection's place under the connection limits, freed when it ends.
     pub _slot: ConnectionSlot,
 }
@@ -274,6 +287,16 @@ impl Connection {
                     tracing::warn!(peer = %self.peer, since_last_line = count, "closing connection: the client started a TLS handshake on a PLAINTEXT listener (connect it to an SSL listener, or set security.protocol=PLAINTEXT)");
                 }
             }
+            Close::Unauthenticated(api) => {
+                metrics.kafka_connection_closed("unauthenticated");
+                if let Some(count) = limiter.hit(Instant::now()) {
+                    tracing::warn!(peer = %self.peer, client = ?self.client_id, api = ?api, since_last_line = count, "closing connection: a request before SASL authentication (only ApiVersions, SaslHandshake and SaslAuthenticate are accepted until then; set the client's sasl.mechanism and credentials)");
+                }
+            }
+            // Logged when it failed (rate-limited there).
+            Close::AuthenticationFailed => {
+                metrics.kafka_connection_closed("authentication_failed");
+            }
             Close::NotEncodable => {}
         }
     }
@@ -318,7 +341,9 @@ impl Connection {
             // Start every whole frame while the in-flight limit allows; reserve memory for the
             // head frame as soon as its size and api key are known.
             let mut wants: Option<(usize, Class)> = None;
-            while in_flight.len() + outq.len() < self.config.in_flight_per_connection {
+            while !self.closing
+                && in_flight.len() + outq.len() < self.config.in_flight_per_connection
+            {
                 let whole = match frame::check(&inbuf, self.config.max_request_bytes) {
                     Ok(whole) => whole,
                     // A TLS record header (handshake, version 3.x) read as a size is huge.
@@ -357,11 +382,15 @@ impl Connection {
                 inbuf = BytesMut::new();
             }
             let unflushed = writer.pending();
-            if eof && in_flight.is_empty() && outq.is_empty() && !unflushed {
-                return Close::Done;
+            if (eof || self.closing) && in_flight.is_empty() && outq.is_empty() && !unflushed {
+                return if self.closing {
+                    Close::AuthenticationFailed
+                } else {
+                    Close::Done
+                };
             }
             let room = in_flight.len() + outq.len() < self.config.in_flight_per_connection;
-            let can_read = !eof && room && wants.is_none();
+            let can_read = !eof && !self.closing && room && wants.is_none();
             // The request timer runs only while this side is willing to read.
             head_since = match (can_read && !inbuf.is_empty(), head_since) {
                 (true, Some(since)) => Some(since),
@@ -450,6 +479,48 @@ impl Connection {
         mut memory: Reservation,
         in_flight: &mut FuturesOrdered<BoxFuture<'static, Finished>>,
     ) -> Result<(), Close> {
+        if let Some(sasl) = self.sasl.as_mut()
+            && sasl.expects_raw_token()
+        {
+            // After a v0 handshake: the frame is the token itself, and so is the answer.
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(frame);
+            let step = sasl.authenticate(
+                &request,
+                self.peer.ip(),
+                self.broker.metrics(),
+                Instant::now(),
+            );
+            let response = match &step.response {
+                ResponseKind::SaslAuthenticate(r) if r.error_code == 0 => {
+                    let mut out =
+                        BytesMut::with_capacity(frame::SIZE_PREFIX_BYTES + r.auth_bytes.len());
+                    out.extend_from_slice(&(r.auth_bytes.len() as i32).to_be_bytes());
+                    out.extend_from_slice(&r.auth_bytes);
+                    Some(out.freeze())
+                }
+                // v0 has no way to say why: Kafka closes the connection.
+                _ => None,
+            };
+            if let Some(principal) = step.authenticated {
+                self.caller.principal = Arc::from(principal);
+            }
+            if step.close || response.is_none() {
+                self.closing = true;
+            }
+            memory.resize(response.as_ref().map_or(0, Bytes::len));
+            let delay = step.delay;
+            in_flight.push_back(
+                async move {
+                    tokio::time::sleep(delay).await;
+                    Finished {
+                        response: Ok(response),
+                        memory,
+                    }
+                }
+                .boxed(),
+            );
+            return Ok(());
+        }
         match codec::decode_request(frame) {
             Ok(request) => {
                 if self.client_id.is_none() {
@@ -461,7 +532,28 @@ impl Connection {
                 let started = std::time::Instant::now();
                 let broker = Arc::clone(&self.broker);
                 // Started now, in arrival order (produce appends happen here).
-                let handling = self.broker.handle_from(request, &self.caller);
+                let handling = match self.sasl.as_mut() {
+                    Some(sasl) if !sasl.authenticated() => match request.body {
+                        RequestKind::ApiVersions(_) => {
+                            self.broker.handle_from(request, &self.caller)
+                        }
+                        RequestKind::SaslHandshake(ref req) => {
+                            let step = sasl.handshake(req, version);
+                            self.sasl_step(step)
+                        }
+                        RequestKind::SaslAuthenticate(ref req) => {
+                            let step = sasl.authenticate(
+                                req,
+                                peer.ip(),
+                                self.broker.metrics(),
+                                Instant::now(),
+                            );
+                            self.sasl_step(step)
+                        }
+                        _ => return Err(Close::Unauthenticated(api_key)),
+                    },
+                    _ => self.broker.handle_from(request, &self.caller),
+                };
                 in_flight.push_back(
                     async move {
                         let response = match handling.await {
@@ -513,6 +605,34 @@ impl Connection {
                 Ok(())
             }
             Err(e) => Err(Close::Malformed(e)),
+        }
+    }
+}
+
+impl Connection {
+    /// Applies a SASL step to the connection (principal, closing) and gives the future of
+    /// its response, delayed by the failure backoff.
+    fn sasl_step(&mut self, step: Step) -> BoxFuture<'static, Option<Response>> {
+        if let Some(principal) = step.authenticated {
+            // The SASL identity replaces a client certificate's, as in Kafka.
+            self.caller.principal = Arc::from(principal);
+        }
+        if step.close {
+            self.closing = true;
+        }
+        let response = Response {
+            body: step.response,
+            memory: None,
+        };
+        let delay = step.delay;
+        if delay.is_zero() {
+            futures::future::ready(Some(response)).boxed()
+        } else {
+            async move {
+                tokio::time::sleep(delay).await;
+                Some(response)
+            }
+            .boxed()
         }
     }
 }

@@ -29,6 +29,10 @@
 //! line that names the peer and the reason. A TLS client on a PLAINTEXT listener is recognised
 //! by its first bytes and closed with a line that says so. The connection's principal
 //! (`User:NAME` from the client certificate, else `User:ANONYMOUS`) goes with every request.
+//! On a SASL_PLAINTEXT or SASL_SSL listener the connection answers SaslHandshake and
+//! SaslAuthenticate itself until the client has authenticated ([`sasl`]); the SASL user then
+//! becomes the principal, and any request other than ApiVersions before that closes the
+//! connection.
 //!
 //! Bad input: an unsupported ApiVersions version is answered with UNSUPPORTED_VERSION (encoded
 //! as v0, as the protocol prescribes); any other unknown API or version, or a malformed request,
@@ -38,6 +42,7 @@ pub mod connection;
 pub mod limits;
 pub mod listeners;
 pub mod principal;
+pub mod sasl;
 pub mod tls;
 
 use std::sync::Arc;
@@ -143,8 +148,10 @@ pub(crate) struct Shared {
 pub struct Endpoint {
     pub index: usize,
     pub protocol: SecurityProtocol,
-    /// Required for SSL; unused for PLAINTEXT.
+    /// Required for SSL and SASL_SSL; unused otherwise.
     pub tls: Option<Arc<TlsState>>,
+    /// Required for SASL_PLAINTEXT and SASL_SSL; unused otherwise.
+    pub sasl: Option<Arc<sasl::Sasl>>,
 }
 
 impl Endpoint {
@@ -154,6 +161,7 @@ impl Endpoint {
             index: 0,
             protocol: SecurityProtocol::Plaintext,
             tls: None,
+            sasl: None,
         }
     }
 }
@@ -168,14 +176,15 @@ pub async fn serve(
     config: ServerConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    assert!(
-        !endpoint.protocol.uses_sasl(),
-        "SASL listeners are refused before they are started"
+    assert_eq!(
+        endpoint.protocol.uses_sasl(),
+        endpoint.sasl.is_some(),
+        "a SASL listener has a SASL config, others none"
     );
     assert_eq!(
         endpoint.protocol.uses_tls(),
         endpoint.tls.is_some(),
-        "an SSL listener has a TLS config, a PLAINTEXT one none"
+        "a TLS listener has a TLS config, others none"
     );
     let shared = Arc::new(Shared {
         close_log: LogLimiter::new(REPEATED_LOG_INTERVAL),
@@ -223,6 +232,8 @@ pub async fn serve(
                                     principal: Arc::from(principal),
                                 },
                                 client_id: None,
+                                sasl: endpoint.sasl.clone().map(sasl::SaslSession::new),
+                                closing: false,
                                 _slot: slot,
                             };
                             conn.run(transport, shutdown).await;

@@ -9,7 +9,7 @@
 // DescribeCluster 0-1; InitProducerId 0-5; FindCoordinator 0-6; JoinGroup 0-9; SyncGroup 0-5;
 // Heartbeat 0-4; LeaveGroup 0-5; OffsetCommit 0-9; OffsetFetch 0-9; OffsetDelete 0-0;
 // ListGroups 0-5; DescribeGroups 0-5; DeleteGroups 0-2; ConsumerGroupHeartbeat 0-1;
-// ConsumerGroupDescribe 0-0;
+// ConsumerGroupDescribe 0-0; SaslHandshake 0-1; SaslAuthenticate 0-2;
 
 use super::layout::Prim::*;
 use super::layout::{Elem, Field, MAX, Message, Struct, Ty, V};
@@ -545,6 +545,24 @@ static SYNC_GROUP_REQUEST_FIELDS: Struct = Struct {
     ],
 };
 
+static SASL_HANDSHAKE_REQUEST_FIELDS: Struct = Struct {
+    name: "SaslHandshakeRequest",
+    fields: &[Field::new(
+        "mechanism",
+        Ty::One(Elem::Prim(String)),
+        V(0, MAX),
+    )],
+};
+
+static SASL_AUTHENTICATE_REQUEST_FIELDS: Struct = Struct {
+    name: "SaslAuthenticateRequest",
+    fields: &[Field::new(
+        "auth_bytes",
+        Ty::One(Elem::Prim(Bytes)),
+        V(0, MAX),
+    )],
+};
+
 static HEARTBEAT_REQUEST_FIELDS: Struct = Struct {
     name: "HeartbeatRequest",
     fields: &[
@@ -945,5 +963,15 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 69,
         flexible: V(0, MAX),
         body: &CONSUMER_GROUP_DESCRIBE_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 17,
+        flexible: V::NONE,
+        body: &SASL_HANDSHAKE_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 36,
+        flexible: V(2, MAX),
+        body: &SASL_AUTHENTICATE_REQUEST_FIELDS,
     },
 ];

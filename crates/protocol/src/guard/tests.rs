@@ -99,6 +99,8 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::DeleteGroups => RequestKind::DeleteGroups(Default::default()),
         ApiKey::ConsumerGroupHeartbeat => RequestKind::ConsumerGroupHeartbeat(Default::default()),
         ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
+        ApiKey::SaslHandshake => RequestKind::SaslHandshake(Default::default()),
+        ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(Default::default()),
         other => panic!("no default body for {other:?}: add it with the API to SUPPORTED"),
     }
 }

@@ -102,6 +102,9 @@ pub struct ScramServer {
     mechanism: ScramMechanism,
     fake: FakeCredentials,
     state: State,
+    /// Accept a client-final nonce that merely ends with the combined nonce (see
+    /// [`ScramServer::accept_nonce_suffix`]).
+    nonce_suffix: bool,
 }
 
 impl fmt::Debug for ScramServer {
@@ -121,7 +124,19 @@ impl ScramServer {
             mechanism,
             fake,
             state: State::AwaitingClientFirst,
+            nonce_suffix: false,
         }
+    }
+
+    /// Checks the nonce of client-final the way Apache Kafka's broker does: it must *end
+    /// with* the combined nonce of server-first, rather than equal it. librdkafka (up to at
+    /// least 2.x) sends its client nonce followed by the whole combined nonce, and Kafka
+    /// accepts that; a broker that wants those clients must too. The nonce still has to
+    /// carry this exchange's server nonce, and the proof still covers the message as sent,
+    /// so replay protection is unchanged. Off by default (RFC 5802's strict equality).
+    pub fn accept_nonce_suffix(mut self) -> Self {
+        self.nonce_suffix = true;
+        self
     }
 
     pub fn mechanism(&self) -> ScramMechanism {
@@ -204,7 +219,12 @@ impl ScramServer {
         if last.channel_binding != pending.gs2_header.as_bytes() {
             return Err(AuthError::ChannelBindingMismatch);
         }
-        if last.nonce != pending.combined_nonce {
+        let nonce_ok = if self.nonce_suffix {
+            last.nonce.ends_with(pending.combined_nonce.as_str())
+        } else {
+            last.nonce == pending.combined_nonce
+        };
+        if !nonce_ok {
             return Err(AuthError::NonceMismatch);
         }
         let mechanism = self.mechanism;

@@ -410,3 +410,51 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn nonce_suffix_is_accepted_only_when_asked() {
+    // librdkafka's client-final: its client nonce, then the whole combined nonce.
+    let doubled = RFC_CLIENT_FINAL.replace("r=", "r=rOprNGfwEbeRWgbNEkqO");
+    let mut strict = rfc_after_first();
+    assert_eq!(
+        strict.client_final(doubled.as_bytes()),
+        Err(AuthError::NonceMismatch)
+    );
+    // Kafka's check: the nonce passes; the proof (made for the RFC message) then fails.
+    let mut server = ScramServer::new(ScramMechanism::Sha256, fake()).accept_nonce_suffix();
+    server
+        .client_first(
+            RFC_CLIENT_FIRST.as_bytes(),
+            &rfc_source,
+            nonce(RFC_SERVER_NONCE),
+        )
+        .unwrap();
+    assert_eq!(
+        server.client_final(doubled.as_bytes()),
+        Err(AuthError::BadCredentials)
+    );
+    // A nonce that does not end with the combined one is still refused.
+    let mut server = ScramServer::new(ScramMechanism::Sha256, fake()).accept_nonce_suffix();
+    server
+        .client_first(
+            RFC_CLIENT_FIRST.as_bytes(),
+            &rfc_source,
+            nonce(RFC_SERVER_NONCE),
+        )
+        .unwrap();
+    let other = RFC_CLIENT_FINAL.replace("hNlF$k0", "hNlF$k1");
+    assert_eq!(
+        server.client_final(other.as_bytes()),
+        Err(AuthError::NonceMismatch)
+    );
+    // With the RFC's own message, the exchange still succeeds.
+    let mut server = ScramServer::new(ScramMechanism::Sha256, fake()).accept_nonce_suffix();
+    server
+        .client_first(
+            RFC_CLIENT_FIRST.as_bytes(),
+            &rfc_source,
+            nonce(RFC_SERVER_NONCE),
+        )
+        .unwrap();
+    assert!(server.client_final(RFC_CLIENT_FINAL.as_bytes()).is_ok());
+}
