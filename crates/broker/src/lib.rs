@@ -45,8 +45,10 @@ use futures::future::BoxFuture;
 pub use sluice_log::{Clock, SystemClock};
 use sluice_log::{CommitConfig, GroupCommitter};
 use sluice_protocol::codec::Request;
+use sluice_protocol::kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use sluice_protocol::kafka_protocol::messages::{
-    RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+    AlterUserScramCredentialsResponse, DescribeUserScramCredentialsResponse, RequestKind,
+    ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
 };
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
@@ -115,6 +117,10 @@ const TOPIC_RESOURCE: i8 = 2;
 
 /// Kafka's ILLEGAL_SASL_STATE: a SASL message where none is expected.
 const ILLEGAL_SASL_STATE: i16 = 34;
+
+/// Kafka's SECURITY_DISABLED: SCRAM credentials asked for on a broker without SASL.
+const SECURITY_DISABLED: i16 = 54;
+const SASL_DISABLED: &str = "SASL is not enabled on this broker (sluice serve --sasl-mechanisms)";
 
 /// How often at most the broker logs an event that clients can repeat at will.
 const REPEATED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -688,6 +694,34 @@ impl Broker {
                         "SASL authentication is not expected on this connection",
                     ))),
             )),
+            // Answered by the connection from the SASL user store when SASL is enabled; here
+            // only when it is not (Kafka's SECURITY_DISABLED).
+            RequestKind::DescribeUserScramCredentials(_) => {
+                ready(ResponseKind::DescribeUserScramCredentials(
+                    DescribeUserScramCredentialsResponse::default()
+                        .with_error_code(SECURITY_DISABLED)
+                        .with_error_message(Some(StrBytes::from_static_str(SASL_DISABLED))),
+                ))
+            }
+            RequestKind::AlterUserScramCredentials(req) => {
+                let results = req
+                    .deletions
+                    .iter()
+                    .map(|d| d.name.clone())
+                    .chain(req.upsertions.iter().map(|u| u.name.clone()))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .map(|user| {
+                        AlterUserScramCredentialsResult::default()
+                            .with_user(user)
+                            .with_error_code(SECURITY_DISABLED)
+                            .with_error_message(Some(StrBytes::from_static_str(SASL_DISABLED)))
+                    })
+                    .collect();
+                ready(ResponseKind::AlterUserScramCredentials(
+                    AlterUserScramCredentialsResponse::default().with_results(results),
+                ))
+            }
             other => {
                 // The decoder only lets through APIs listed in `versions::SUPPORTED`, and every
                 // one of those has an arm above.

@@ -237,6 +237,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 protocol,
                 tls: tls.clone().filter(|_| protocol.uses_tls()),
                 sasl: sasl.clone().filter(|_| protocol.uses_sasl()),
+                users: sasl.as_ref().map(|s| Arc::clone(s.users())),
             };
             servers.push(tokio::spawn(sluice_server::serve(
                 listener,

@@ -1,7 +1,8 @@
 //! `sluice user add|list|delete`: the SASL users of a broker, written straight into its user
 //! file (DATA_DIR/security/users.json). Works before the first start and while the broker
 //! runs (it re-reads the file within a few seconds). Online, through a running broker,
-//! Kafka's own tool does the same: `kafka-configs --alter --entity-type users`.
+//! Kafka's own tool does the same: `kafka-configs --alter --entity-type users`
+//! (AlterUserScramCredentials, `sluice_server::scram_admin`).
 
 // The CLI's output is its job: printing to stdout is intended here.
 #![allow(clippy::print_stdout)]
@@ -26,7 +27,10 @@ const PASSWORD_INPUT_MAX_BYTES: usize = 4096;
 ///
 /// Writes DATA_DIR/security/users.json directly: works before the broker's first start, and a
 /// running broker re-reads the file within a few seconds. Passwords are never stored, only
-/// salted SCRAM keys. See docs/security.md.
+/// salted SCRAM keys. Through a running broker, Kafka's tool works too:
+///   kafka-configs --bootstrap-server HOST:PORT --alter --entity-type users --entity-name alice \
+///     --add-config 'SCRAM-SHA-512=[password=...]'
+/// See docs/security.md.
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct UserArgs {

@@ -5,8 +5,9 @@
 //! SCRAM-SHA-512 over SASL_SSL, SCRAM-SHA-256 over SASL_PLAINTEXT and PLAIN over SASL_SSL; a
 //! wrong password and an unknown user fail with an authentication error within seconds while
 //! the broker keeps serving; a request before authentication closes the connection; a user
-//! added while the broker runs logs in; the counters in /metrics; no password in any log
-//! line; bad SASL settings stop the start with one line.
+//! added while the broker runs logs in; a user added through AlterUserScramCredentials
+//! (confluent-kafka's AdminClient from compat/.venv, when it is set up) logs in; the counters
+//! in /metrics; no password in any log line; bad SASL settings stop the start with one line.
 
 mod common;
 
@@ -22,7 +23,23 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 const ALICE_PASSWORD: &str = "alice-s3cret-512";
 const BOB_PASSWORD: &str = "bob-s3cret-256";
 const CAROL_PASSWORD: &str = "carol-s3cret-later";
+const DAVE_PASSWORD: &str = "dave-s3cret-online";
 const WRONG_PASSWORD: &str = "not-the-password";
+
+/// Adds user dave (password on stdin) with confluent-kafka's AdminClient, then describes him.
+const ADMIN_SCRIPT: &str = r#"
+import sys
+from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+done = admin.alter_user_scram_credentials(
+    [UserScramCredentialUpsertion("dave", info, sys.stdin.read().encode())])
+for future in done.values():
+    future.result(timeout=30)
+for user, future in admin.describe_user_scram_credentials(["dave"]).items():
+    print(user, [str(i.mechanism) for i in future.result(timeout=30).scram_credential_infos])
+"#;
 
 /// How long a refused client may take to learn it was refused (the first failures from an
 /// address are delayed by 100 ms, 200 ms, ...; kcat gives up on metadata after 10 s).
@@ -394,8 +411,46 @@ fn kcat_authenticates_with_scram_and_plain_and_bad_credentials_are_refused() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    // Kafka's online path: AlterUserScramCredentials through confluent-kafka's AdminClient
+    // (which salts on the client), then that user logs in.
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../compat/.venv/bin/python");
+    if python.exists() {
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", ADMIN_SCRIPT, &server.bootstrap()])
+            .env_remove("LD_LIBRARY_PATH")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (status, stdout, stderr) = common::finish(
+            &mut child,
+            DAVE_PASSWORD.as_bytes(),
+            Duration::from_secs(60),
+        );
+        assert!(status.success(), "admin client: {stdout}{stderr}");
+        assert!(stdout.contains("SCRAM_SHA_512"), "{stdout}");
+        let dave = client(
+            sasl_ssl,
+            "SASL_SSL",
+            "SCRAM-SHA-512",
+            "dave",
+            DAVE_PASSWORD,
+            &ca,
+        );
+        kcat(&with(dave, &["-L"]), "");
+    } else {
+        eprintln!("compat/.venv not set up (compat/run.sh); skipping the AdminClient part");
+    }
+
     // No password in any log line.
-    for secret in [ALICE_PASSWORD, BOB_PASSWORD, CAROL_PASSWORD, WRONG_PASSWORD] {
+    for secret in [
+        ALICE_PASSWORD,
+        BOB_PASSWORD,
+        CAROL_PASSWORD,
+        DAVE_PASSWORD,
+        WRONG_PASSWORD,
+    ] {
         assert_eq!(
             server.log_lines_with(secret),
             Vec::<String>::new(),

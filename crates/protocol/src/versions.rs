@@ -39,6 +39,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // clients), and librdkafka uses SASL only with a broker that lists v0.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The supported version range of `api`, if Sluice implements it.

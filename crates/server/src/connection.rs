@@ -49,7 +49,8 @@ use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 
 use crate::limits::ConnectionSlot;
-use crate::sasl::{SaslSession, Step};
+use crate::sasl::{SaslSession, Step, Users};
+use crate::scram_admin;
 use crate::{ServerConfig, Shared};
 
 /// Bytes a connection reads at a time when no larger frame is under way. Small requests
@@ -238,6 +239,8 @@ pub(crate) struct Connection {
     pub client_id: Option<String>,
     /// SASL listeners: where authentication stands (`None` on other listeners).
     pub sasl: Option<SaslSession>,
+    /// The SASL users when SASL is enabled, for the SCRAM credential APIs.
+    pub users: Option<Arc<Users>>,
     /// Set when the connection must close once the responses started so far are written (a
     /// failed SASL authentication): nothing more is read or started.
     pub closing: bool,
@@ -552,7 +555,33 @@ impl Connection {
                         }
                         _ => return Err(Close::Unauthenticated(api_key)),
                     },
-                    _ => self.broker.handle_from(request, &self.caller),
+                    _ => match (&self.users, request.body) {
+                        (Some(users), RequestKind::DescribeUserScramCredentials(ref req)) => {
+                            let body = ResponseKind::DescribeUserScramCredentials(
+                                scram_admin::describe(users, req),
+                            );
+                            futures::future::ready(Some(Response { body, memory: None })).boxed()
+                        }
+                        (Some(users), RequestKind::AlterUserScramCredentials(ref req)) => {
+                            // The user file is rewritten and fsynced: off the async threads.
+                            let (users, req) = (Arc::clone(users), req.clone());
+                            async move {
+                                let response = tokio::task::spawn_blocking(move || {
+                                    scram_admin::alter(&users, &req)
+                                })
+                                .await
+                                .ok()?;
+                                Some(Response {
+                                    body: ResponseKind::AlterUserScramCredentials(response),
+                                    memory: None,
+                                })
+                            }
+                            .boxed()
+                        }
+                        (_, body) => self
+                            .broker
+                            .handle_from(codec::Request { body, ..request }, &self.caller),
+                    },
                 };
                 in_flight.push_back(
                     async move {

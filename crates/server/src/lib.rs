@@ -43,6 +43,7 @@ pub mod limits;
 pub mod listeners;
 pub mod principal;
 pub mod sasl;
+pub mod scram_admin;
 pub mod tls;
 
 use std::sync::Arc;
@@ -152,6 +153,9 @@ pub struct Endpoint {
     pub tls: Option<Arc<TlsState>>,
     /// Required for SASL_PLAINTEXT and SASL_SSL; unused otherwise.
     pub sasl: Option<Arc<sasl::Sasl>>,
+    /// The SASL users, on every listener when SASL is enabled: DescribeUserScramCredentials
+    /// and AlterUserScramCredentials read and change them ([`scram_admin`]).
+    pub users: Option<Arc<sasl::Users>>,
 }
 
 impl Endpoint {
@@ -162,6 +166,7 @@ impl Endpoint {
             protocol: SecurityProtocol::Plaintext,
             tls: None,
             sasl: None,
+            users: None,
         }
     }
 }
@@ -233,6 +238,7 @@ pub async fn serve(
                                 },
                                 client_id: None,
                                 sasl: endpoint.sasl.clone().map(sasl::SaslSession::new),
+                                users: endpoint.users.clone(),
                                 closing: false,
                                 _slot: slot,
                             };

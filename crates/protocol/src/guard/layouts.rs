@@ -10,6 +10,7 @@
 // Heartbeat 0-4; LeaveGroup 0-5; OffsetCommit 0-9; OffsetFetch 0-9; OffsetDelete 0-0;
 // ListGroups 0-5; DescribeGroups 0-5; DeleteGroups 0-2; ConsumerGroupHeartbeat 0-1;
 // ConsumerGroupDescribe 0-0; SaslHandshake 0-1; SaslAuthenticate 0-2;
+// DescribeUserScramCredentials 0-0; AlterUserScramCredentials 0-0;
 
 use super::layout::Prim::*;
 use super::layout::{Elem, Field, MAX, Message, Struct, Ty, V};
@@ -563,6 +564,62 @@ static SASL_AUTHENTICATE_REQUEST_FIELDS: Struct = Struct {
     )],
 };
 
+static DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST_USER_NAME: Struct = Struct {
+    name: "UserName",
+    fields: &[Field::new("name", Ty::One(Elem::Prim(String)), V(0, MAX))],
+};
+
+static DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST_FIELDS: Struct = Struct {
+    name: "DescribeUserScramCredentialsRequest",
+    fields: &[Field::new(
+        "users",
+        Ty::Array(Elem::Struct(
+            &DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST_USER_NAME,
+        )),
+        V(0, MAX),
+    )
+    .nullable()],
+};
+
+static ALTER_USER_SCRAM_CREDENTIALS_REQUEST_SCRAM_CREDENTIAL_DELETION: Struct = Struct {
+    name: "ScramCredentialDeletion",
+    fields: &[
+        Field::new("name", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("mechanism", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+    ],
+};
+
+static ALTER_USER_SCRAM_CREDENTIALS_REQUEST_SCRAM_CREDENTIAL_UPSERTION: Struct = Struct {
+    name: "ScramCredentialUpsertion",
+    fields: &[
+        Field::new("name", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("mechanism", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new("iterations", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("salt", Ty::One(Elem::Prim(Bytes)), V(0, MAX)),
+        Field::new("salted_password", Ty::One(Elem::Prim(Bytes)), V(0, MAX)),
+    ],
+};
+
+static ALTER_USER_SCRAM_CREDENTIALS_REQUEST_FIELDS: Struct = Struct {
+    name: "AlterUserScramCredentialsRequest",
+    fields: &[
+        Field::new(
+            "deletions",
+            Ty::Array(Elem::Struct(
+                &ALTER_USER_SCRAM_CREDENTIALS_REQUEST_SCRAM_CREDENTIAL_DELETION,
+            )),
+            V(0, MAX),
+        ),
+        Field::new(
+            "upsertions",
+            Ty::Array(Elem::Struct(
+                &ALTER_USER_SCRAM_CREDENTIALS_REQUEST_SCRAM_CREDENTIAL_UPSERTION,
+            )),
+            V(0, MAX),
+        ),
+    ],
+};
+
 static HEARTBEAT_REQUEST_FIELDS: Struct = Struct {
     name: "HeartbeatRequest",
     fields: &[
@@ -973,5 +1030,15 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 36,
         flexible: V(2, MAX),
         body: &SASL_AUTHENTICATE_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 50,
+        flexible: V(0, MAX),
+        body: &DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 51,
+        flexible: V(0, MAX),
+        body: &ALTER_USER_SCRAM_CREDENTIALS_REQUEST_FIELDS,
     },
 ];

@@ -101,6 +101,12 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
         ApiKey::SaslHandshake => RequestKind::SaslHandshake(Default::default()),
         ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(Default::default()),
+        ApiKey::DescribeUserScramCredentials => {
+            RequestKind::DescribeUserScramCredentials(Default::default())
+        }
+        ApiKey::AlterUserScramCredentials => {
+            RequestKind::AlterUserScramCredentials(Default::default())
+        }
         other => panic!("no default body for {other:?}: add it with the API to SUPPORTED"),
     }
 }
