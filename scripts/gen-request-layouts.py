@@ -26,7 +26,8 @@ APIS = [
     "DescribeConfigs", "AlterConfigs", "CreatePartitions", "IncrementalAlterConfigs",
     "DescribeCluster", "InitProducerId", "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat",
     "LeaveGroup", "OffsetCommit", "OffsetFetch", "OffsetDelete", "ListGroups", "DescribeGroups",
-    "DeleteGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
+    "DeleteGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "SaslHandshake",
+    "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
 ]
 
 PRIMS = {
