@@ -312,22 +312,32 @@ async fn delete_rows_below_start(
     topic_id: Uuid,
     partition: i32,
 ) -> Result<u64, CleanerError> {
+    delete_all(
+        db,
+        "WITH gone AS ( \
+           DELETE FROM batches WHERE (topic_id, partition, last_offset) IN ( \
+             SELECT b.topic_id, b.partition, b.last_offset FROM batches b \
+             JOIN partitions p ON p.topic_id = b.topic_id AND p.partition = b.partition \
+             WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset < p.log_start \
+             ORDER BY b.last_offset LIMIT $3) \
+           RETURNING object_id) \
+         SELECT object_id, count(*) FROM gone GROUP BY object_id",
+        &[&topic_id, &partition, &ROWS_PER_DELETE],
+    )
+    .await
+}
+
+/// Runs `delete` (a statement that deletes at most [`ROWS_PER_DELETE`] index rows and answers
+/// `(object_id, rows deleted)` per object) until it deletes fewer, marking the objects that
+/// lost their last row after each. Returns the rows deleted.
+async fn delete_all(
+    db: &Db,
+    delete: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, CleanerError> {
     let mut deleted = 0u64;
     loop {
-        let client = db.client().await?;
-        let rows = client
-            .query(
-                "WITH gone AS ( \
-                   DELETE FROM batches WHERE (topic_id, partition, last_offset) IN ( \
-                     SELECT b.topic_id, b.partition, b.last_offset FROM batches b \
-                     JOIN partitions p ON p.topic_id = b.topic_id AND p.partition = b.partition \
-                     WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset < p.log_start \
-                     ORDER BY b.last_offset LIMIT $3) \
-                   RETURNING object_id) \
-                 SELECT object_id, count(*) FROM gone GROUP BY object_id",
-                &[&topic_id, &partition, &ROWS_PER_DELETE],
-            )
-            .await?;
+        let rows = db.client().await?.query(delete, params).await?;
         let n: i64 = rows.iter().map(|r| r.get::<_, i64>(1)).sum();
         let objects: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
         mark_unreferenced(db, &objects).await?;
@@ -371,27 +381,17 @@ async fn purge_deleted_topics(db: &Db) -> Result<(u64, u64), CleanerError> {
         .collect();
     let (mut purged, mut deleted) = (0u64, 0u64);
     for topic in topics {
-        loop {
-            let client = db.client().await?;
-            let rows = client
-                .query(
-                    "WITH gone AS ( \
-                       DELETE FROM batches WHERE (topic_id, partition, last_offset) IN ( \
-                         SELECT topic_id, partition, last_offset FROM batches \
-                         WHERE topic_id = $1 LIMIT $2) \
-                       RETURNING object_id) \
-                     SELECT object_id, count(*) FROM gone GROUP BY object_id",
-                    &[&topic, &ROWS_PER_DELETE],
-                )
-                .await?;
-            let n: i64 = rows.iter().map(|r| r.get::<_, i64>(1)).sum();
-            let objects: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-            mark_unreferenced(db, &objects).await?;
-            deleted += n as u64;
-            if n < ROWS_PER_DELETE {
-                break;
-            }
-        }
+        deleted += delete_all(
+            db,
+            "WITH gone AS ( \
+               DELETE FROM batches WHERE (topic_id, partition, last_offset) IN ( \
+                 SELECT topic_id, partition, last_offset FROM batches \
+                 WHERE topic_id = $1 LIMIT $2) \
+               RETURNING object_id) \
+             SELECT object_id, count(*) FROM gone GROUP BY object_id",
+            &[&topic, &ROWS_PER_DELETE],
+        )
+        .await?;
         let client = db.client().await?;
         purged += client
             .execute(

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{PostgresServer, connect, migrated};
+use common::{PostgresServer, connect, count, migrated, sql};
 use sluice_cluster::Db;
 use sluice_cluster::commit::{
     BatchOutcome, CommitBatch, CommitError, CommitRequest, ProducerSeq, commit_object,
@@ -72,25 +72,6 @@ async fn add_topic(db: &Db, topic: Uuid, name: &str, partitions: i32) {
         ),
     )
     .await;
-}
-
-async fn sql(db: &Db, statements: &str) {
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(statements)
-        .await
-        .unwrap_or_else(|e| panic!("{statements}: {e}"));
-}
-
-async fn count(db: &Db, query: &str) -> i64 {
-    db.client()
-        .await
-        .unwrap()
-        .query_one(query, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{query}: {e}"))
-        .get(0)
 }
 
 /// A batch of `records` offsets; its bytes are placed by [`request`].

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{PostgresServer, migrated};
+use common::{PostgresServer, count, migrated, sql};
 use object_store::{ObjectStoreExt, PutPayload};
 use sluice_cluster::Db;
 use sluice_cluster::commit::{CommitBatch, CommitRequest, commit_object};
@@ -66,25 +66,6 @@ async fn setup() -> Fixture {
         bucket,
         topic,
     }
-}
-
-async fn sql(db: &Db, statements: &str) {
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(statements)
-        .await
-        .unwrap_or_else(|e| panic!("{statements}: {e}"));
-}
-
-async fn count(db: &Db, query: &str) -> i64 {
-    db.client()
-        .await
-        .unwrap()
-        .query_one(query, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{query}: {e}"))
-        .get(0)
 }
 
 /// PUTs object `key` and commits one batch of `records` offsets per `(partition,

@@ -21,3 +21,24 @@ pub async fn migrated(pg: &PostgresServer) -> Db {
         .expect("migrate the test database");
     db
 }
+
+/// Runs `statements` (one or several, no parameters); panics with the SQL on failure.
+pub async fn sql(db: &Db, statements: &str) {
+    db.client()
+        .await
+        .unwrap()
+        .batch_execute(statements)
+        .await
+        .unwrap_or_else(|e| panic!("{statements}: {e}"));
+}
+
+/// The first column of the one row `query` returns, as a number.
+pub async fn count(db: &Db, query: &str) -> i64 {
+    db.client()
+        .await
+        .unwrap()
+        .query_one(query, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
+        .get(0)
+}
