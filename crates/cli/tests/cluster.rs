@@ -191,6 +191,16 @@ fn a_killed_broker_leaves_the_cluster_and_the_others_carry_on() {
     a.ok(&["topic", "create", "events", "--partitions", "6"], "");
     a.ok(&["produce", "events"], &numbered("before", 60));
 
+    // B's node id: the broker listed at its port.
+    let listing = kcat(&["-b", &b.bootstrap(), "-L"], "");
+    let b_id = listing
+        .lines()
+        .find(|l| l.contains(&format!(":{} ", b.port)) || l.ends_with(&format!(":{}", b.port)))
+        .and_then(|l| l.trim().strip_prefix("broker "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("broker B not listed:\n{listing}"))
+        .to_owned();
+
     // SIGKILL (by its PID) one broker: it is no longer listed once its lease expires.
     let killed_at = Instant::now();
     drop(b);
@@ -199,6 +209,16 @@ fn a_killed_broker_leaves_the_cluster_and_the_others_carry_on() {
     });
     let dropped_after = killed_at.elapsed();
     assert!(dropped_after < Duration::from_secs(10), "{dropped_after:?}");
+    // kcat may send its Metadata to either survivor, and each survivor's view of the live
+    // brokers is renewed with its own heartbeat: wait until A itself (the bootstrap the
+    // producer below asks) leads no partition with the dead broker.
+    eventually(Duration::from_secs(10), "A's leaders all alive", || {
+        let described = a.ok(&["topic", "describe", "events"], "").stdout;
+        described
+            .lines()
+            .filter_map(|l| l.split("leader ").nth(1))
+            .all(|id| id.trim() != b_id)
+    });
 
     // Producers carry on through the survivors; nothing acknowledged is lost or doubled.
     a.ok(&["produce", "events"], &numbered("after", 60));
