@@ -718,7 +718,9 @@ fn the_catalog_is_applied_once_and_what_failed_is_retried() {
 
     c.b.backend.fail_opens.store(false, Ordering::SeqCst);
     let applied = c.rt.block_on(b.refresh_catalog()).unwrap();
-    assert!(applied.failed.is_empty() && !applied.skipped, "{applied:?}");
+    // The background task retries what failed too, and may have done so first (then this
+    // refresh finds the catalog applied and skips); either way the topic is open now.
+    assert!(applied.failed.is_empty(), "{applied:?}");
     assert_eq!(partition_count(b, "t"), Some(2));
     let opens = c.b.backend.opens.load(Ordering::SeqCst);
     let applied = c.rt.block_on(b.refresh_catalog()).unwrap();
