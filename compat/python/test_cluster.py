@@ -125,14 +125,21 @@ def test_every_broker_lists_the_three(cluster):
         assert sorted(brokers.values()) == addrs, f"Metadata through broker {name}: brokers {brokers}, the cluster is {addrs}"
         id_maps.append(brokers)
         if KCAT is not None:
-            out = subprocess.run(
-                [KCAT, "-b", addr, "-X", f"client.id=compat-cluster-kcat-{name}", "-L", "-J"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            assert out.returncode == 0, f"kcat -L through broker {name}: {out.stderr[-1000:]}"
-            listed = sorted(b["name"] for b in json.loads(out.stdout)["brokers"])
+            # kcat may send its Metadata to any broker it learned of, and each broker renews its
+            # view of the live ones with its own heartbeat: allow a few heartbeats to agree.
+            deadline = time.monotonic() + 10
+            while True:
+                out = subprocess.run(
+                    [KCAT, "-b", addr, "-X", f"client.id=compat-cluster-kcat-{name}", "-L", "-J"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                assert out.returncode == 0, f"kcat -L through broker {name}: {out.stderr[-1000:]}"
+                listed = sorted(b["name"] for b in json.loads(out.stdout)["brokers"])
+                if listed == addrs or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
             assert listed == addrs, f"kcat -L through broker {name}: brokers {listed}, the cluster is {addrs}"
     assert len(cluster_ids) == 1, f"the three brokers name different cluster ids: {cluster_ids}"
     assert all(m == id_maps[0] for m in id_maps), f"the brokers disagree on broker ids: {id_maps}"
