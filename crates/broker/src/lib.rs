@@ -24,6 +24,7 @@
 //! reads durable batches and, below `min_bytes`, parks until a high watermark moves or
 //! `max_wait_ms` passes.
 
+mod authz;
 pub mod catalog;
 pub mod cluster;
 pub mod config;
@@ -91,6 +92,8 @@ pub struct Broker {
     /// Cluster mode: the shared metadata store, and what applies its catalog to `topics`
     /// (`None` in the single-broker modes).
     cluster: Option<ClusterParts>,
+    /// The ACLs every request is checked against (`--authorizer acl`); unset: no checks.
+    authorizer: std::sync::OnceLock<Arc<sluice_security::Authorizer>>,
 }
 
 /// What a broker in cluster mode holds besides the single-broker parts.
@@ -221,6 +224,7 @@ impl Broker {
             config,
             journal,
             cluster: None,
+            authorizer: std::sync::OnceLock::new(),
         })
     }
 
@@ -294,6 +298,7 @@ impl Broker {
                 catalog: sync,
                 misses: log_limiter::LogLimiter::new(CATALOG_MISS_REFRESH_INTERVAL),
             }),
+            authorizer: std::sync::OnceLock::new(),
         })
     }
 
@@ -464,19 +469,104 @@ impl Broker {
         request: Request,
         caller: &Caller,
     ) -> BoxFuture<'static, Option<Response>> {
-        let peer = caller.peer;
         let version = request.api_version;
         let client_id = request
             .client_id
             .as_ref()
             .map(|c| c.to_string())
             .unwrap_or_default();
-        let client_host = peer.map(|ip| format!("/{ip}")).unwrap_or_default();
+        let client_host = caller.peer.map(|ip| format!("/{ip}")).unwrap_or_default();
         if let Some(c) = &self.cluster {
             // Once; for a broker opened outside a runtime.
             c.catalog.start();
         }
-        match request.body {
+        let Some(authorizer) = self.authorizer.get() else {
+            return self.handle_body(request.body, version, client_id, client_host, caller);
+        };
+        let subject = self.subject(authorizer, caller);
+        let (body, patch) = match authz::gate(self, &subject, request.body, version) {
+            authz::Gate::Answer(body) => {
+                return futures::future::ready(Some(Response { body, memory: None })).boxed();
+            }
+            authz::Gate::Pass(body, patch) => (body, patch),
+        };
+        let handled = self.handle_body(body, version, client_id, client_host, caller);
+        let Some(patch) = patch else {
+            return handled;
+        };
+        let (authorizer, principal, host) =
+            (Arc::clone(authorizer), subject.principal, subject.host);
+        async move {
+            let mut response = handled.await?;
+            let subject = authz::Subject {
+                authorizer: &authorizer,
+                principal,
+                host,
+            };
+            patch(&mut response.body, &subject);
+            Some(response)
+        }
+        .boxed()
+    }
+
+    /// Turns ACL checks on: from now on every request is checked against `authorizer`
+    /// (`--authorizer acl`). Once only; a second call is ignored and returns false.
+    pub fn set_authorizer(&self, authorizer: Arc<sluice_security::Authorizer>) -> bool {
+        self.authorizer.set(authorizer).is_ok()
+    }
+
+    /// The ACLs requests are checked against, when ACL checks are on.
+    pub fn authorizer(&self) -> Option<&Arc<sluice_security::Authorizer>> {
+        self.authorizer.get()
+    }
+
+    /// Whether `caller` may perform `operation` on the resource: always, when ACL checks are
+    /// off. For requests answered outside the broker (the SCRAM user APIs) and the HTTP API.
+    pub fn authorized(
+        &self,
+        caller: &Caller,
+        operation: sluice_security::AclOperation,
+        resource_type: sluice_security::ResourceType,
+        name: &str,
+    ) -> bool {
+        match self.authorizer.get() {
+            None => true,
+            Some(a) => self.subject(a, caller).may(operation, resource_type, name),
+        }
+    }
+
+    fn subject<'a>(
+        &self,
+        authorizer: &'a sluice_security::Authorizer,
+        caller: &Caller,
+    ) -> authz::Subject<'a> {
+        // A principal that does not parse (it always does: listeners write `Type:name`) is
+        // one no ACL names.
+        let principal = caller
+            .principal
+            .parse()
+            .unwrap_or_else(|_| sluice_security::Principal::user(caller.principal.to_string()));
+        authz::Subject {
+            authorizer,
+            principal,
+            host: caller
+                .peer
+                .map(|ip| ip.to_string())
+                .unwrap_or_else(|| "*".to_owned()),
+        }
+    }
+
+    /// [`Broker::handle_from`] once the request is authorized.
+    fn handle_body(
+        self: &Arc<Self>,
+        body: RequestKind,
+        version: i16,
+        client_id: String,
+        client_host: String,
+        caller: &Caller,
+    ) -> BoxFuture<'static, Option<Response>> {
+        let peer = caller.peer;
+        match body {
             RequestKind::Fetch(req) => {
                 let broker = Arc::clone(self);
                 async move {
@@ -680,6 +770,9 @@ impl Broker {
                 ))
             }
             .boxed(),
+            RequestKind::CreateAcls(req) => handlers::acls::create(self, req),
+            RequestKind::DescribeAcls(req) => handlers::acls::describe(self, req),
+            RequestKind::DeleteAcls(req) => handlers::acls::delete(self, req),
             // A SASL listener's connection answers these itself until it is authenticated;
             // any that reach the broker came on another listener or after authentication.
             // Kafka answers ILLEGAL_SASL_STATE then too (no re-authentication: the session

@@ -43,7 +43,7 @@ use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_conf
 pub struct ServeArgs {
     /// TOML config file (keys: data_dir, kafka_addr, listeners, advertised_listeners, tls_cert,
     /// tls_key, tls_client_ca, ssl_principal_mapping_rules, sasl_mechanisms,
-    /// sasl_plain_over_plaintext, http_addr, http_allow_anonymous,
+    /// sasl_plain_over_plaintext, authorizer, super_users, http_addr, http_allow_anonymous,
     /// http_max_body_bytes, http_max_records_per_request, http_max_concurrent_requests,
     /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
     /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
@@ -80,6 +80,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         advertised_listeners,
         tls,
         sasl,
+        authorizer,
         http,
         http_config,
         auth,
@@ -101,6 +102,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             let users = Arc::new(sluice_server::sasl::Users::open(&data_dir)?);
             Some(Arc::new(sluice_server::sasl::Sasl::new(mechanisms, users)))
         }
+        None => None,
+    };
+    // So does an ACL file that does not load.
+    let authorizer = match authorizer {
+        Some(super_users) => Some(Arc::new(
+            sluice_security::Authorizer::open(&data_dir, super_users)
+                .context("opening the ACLs (--authorizer acl)")?,
+        )),
         None => None,
     };
     raise_open_files_limit(server_config.max_connections, http_config.max_connections);
@@ -179,6 +188,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await?
             .with_context(|| format!("opening data directory {}", data_dir.display()))?,
         );
+        if let Some(authorizer) = authorizer {
+            let acls = authorizer.snapshot().len();
+            broker.set_authorizer(authorizer);
+            tracing::info!(acls, "ACL checks on (--authorizer acl)");
+        }
         broker.start_cluster_sync();
         tracing::info!(
             data_dir = %broker.config().data_dir.display(),

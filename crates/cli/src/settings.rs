@@ -109,6 +109,18 @@ settings! {
         /// in clear text [default: false, PLAIN only on SASL_SSL]
         #[arg(long, env = "SLUICE_SASL_PLAIN_OVER_PLAINTEXT")]
         sasl_plain_over_plaintext: bool,
+        /// Check every Kafka request against ACLs: "acl" turns the checks on, "none" leaves
+        /// them off. With "acl", a principal no ACL allows may do nothing (super users aside);
+        /// ACLs are managed with kafka-acls or AdminClient and kept in
+        /// DATA_DIR/security/acls.json. Local-disk mode only in this version. See
+        /// docs/security.md [default: none]
+        #[arg(long, env = "SLUICE_AUTHORIZER")]
+        authorizer: String,
+        /// Principals allowed everything when --authorizer is acl, separated by ";" as in
+        /// Kafka's super.users (a certificate subject may hold commas), e.g.
+        /// "User:admin;User:CN=ops,O=Acme" [default: none]
+        #[arg(long, env = "SLUICE_SUPER_USERS")]
+        super_users: String,
         /// HTTP API listener address; "off" disables the HTTP API [default: 127.0.0.1:8080]
         #[arg(long, env = "SLUICE_HTTP_ADDR")]
         http_addr: String,
@@ -291,6 +303,8 @@ pub struct Resolved {
     pub tls: Option<TlsSettings>,
     /// The SASL mechanisms, given when any listener is SASL_PLAINTEXT or SASL_SSL.
     pub sasl: Option<Vec<Mechanism>>,
+    /// `--authorizer acl`: the super users (`None`: no ACL checks).
+    pub authorizer: Option<Vec<sluice_security::Principal>>,
     /// The listener's IP when unset.
     pub advertised_host: Option<String>,
     /// `None`: the HTTP API is off.
@@ -385,6 +399,12 @@ impl Settings {
                 "--sasl-mechanisms is for local-disk mode in this version: the SASL users live on one broker's disk, which --storage must not depend on; use SSL with client certificates there"
             );
         }
+        let authorizer = self.authorizer()?;
+        if storage.is_some() && authorizer.is_some() {
+            bail!(
+                "--authorizer is for local-disk mode in this version: the ACLs live on one broker's disk, which --storage must not depend on"
+            );
+        }
         if storage.as_ref().is_some_and(|s| s.metadata.is_some()) && listeners.len() > 1 {
             bail!(
                 "cluster mode (--metadata) takes one Kafka listener: each broker registers one address, which every broker lists; give --listeners one entry"
@@ -402,6 +422,7 @@ impl Settings {
             advertised_listeners,
             tls,
             sasl,
+            authorizer,
             advertised_host: self.advertised_host,
             http,
             http_config,
@@ -476,6 +497,33 @@ impl Settings {
         }
         let needs_tls = needs_tls.is_some();
         Ok((listeners, advertised, tls.filter(|_| needs_tls), sasl))
+    }
+
+    /// `--authorizer` and `--super-users`: the super users when ACL checks are on.
+    fn authorizer(&self) -> anyhow::Result<Option<Vec<sluice_security::Principal>>> {
+        let on = match self.authorizer.as_deref().map(str::trim) {
+            None | Some("") | Some("none") => false,
+            Some("acl") => true,
+            Some(other) => bail!("invalid authorizer {other:?}: use \"acl\" or \"none\""),
+        };
+        let super_users = self
+            .super_users
+            .as_deref()
+            .unwrap_or("")
+            .split(';')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                p.parse::<sluice_security::Principal>()
+                    .map_err(|e| anyhow::anyhow!("invalid super_users: {}", e.message))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if !on && !super_users.is_empty() {
+            bail!(
+                "--super-users needs --authorizer acl (without it every client may do everything)"
+            );
+        }
+        Ok(on.then_some(super_users))
     }
 
     /// The SASL mechanisms when a listener needs them. PLAIN sends the password itself, so a

@@ -41,6 +41,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The supported version range of `api`, if Sluice implements it.

@@ -52,6 +52,8 @@ use crate::limits::ConnectionSlot;
 use crate::sasl::{SaslSession, Step, Users};
 use crate::scram_admin;
 use crate::{ServerConfig, Shared};
+use sluice_security::acl::CLUSTER_NAME;
+use sluice_security::{AclOperation, ResourceType};
 
 /// Bytes a connection reads at a time when no larger frame is under way. Small requests
 /// arrive many to a read; a larger frame gets a buffer of its own size once its size is known.
@@ -556,13 +558,29 @@ impl Connection {
                         _ => return Err(Close::Unauthenticated(api_key)),
                     },
                     _ => match (&self.users, request.body) {
-                        (Some(users), RequestKind::DescribeUserScramCredentials(ref req)) => {
+                        // Without DESCRIBE (or ALTER) on the cluster, the broker answers
+                        // CLUSTER_AUTHORIZATION_FAILED.
+                        (Some(users), RequestKind::DescribeUserScramCredentials(ref req))
+                            if self.broker.authorized(
+                                &self.caller,
+                                AclOperation::Describe,
+                                ResourceType::Cluster,
+                                CLUSTER_NAME,
+                            ) =>
+                        {
                             let body = ResponseKind::DescribeUserScramCredentials(
                                 scram_admin::describe(users, req),
                             );
                             futures::future::ready(Some(Response { body, memory: None })).boxed()
                         }
-                        (Some(users), RequestKind::AlterUserScramCredentials(ref req)) => {
+                        (Some(users), RequestKind::AlterUserScramCredentials(ref req))
+                            if self.broker.authorized(
+                                &self.caller,
+                                AclOperation::Alter,
+                                ResourceType::Cluster,
+                                CLUSTER_NAME,
+                            ) =>
+                        {
                             // The user file is rewritten and fsynced: off the async threads.
                             let (users, req) = (Arc::clone(users), req.clone());
                             async move {

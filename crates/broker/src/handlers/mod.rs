@@ -1,5 +1,6 @@
 //! One module per Kafka API.
 
+pub mod acls;
 pub mod api_versions;
 pub mod cluster;
 pub mod configs;

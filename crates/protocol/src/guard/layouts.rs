@@ -10,7 +10,8 @@
 // Heartbeat 0-4; LeaveGroup 0-5; OffsetCommit 0-9; OffsetFetch 0-9; OffsetDelete 0-0;
 // ListGroups 0-5; DescribeGroups 0-5; DeleteGroups 0-2; ConsumerGroupHeartbeat 0-1;
 // ConsumerGroupDescribe 0-0; SaslHandshake 0-1; SaslAuthenticate 0-2;
-// DescribeUserScramCredentials 0-0; AlterUserScramCredentials 0-0;
+// DescribeUserScramCredentials 0-0; AlterUserScramCredentials 0-0; CreateAcls 0-3;
+// DescribeAcls 0-3; DeleteAcls 0-3;
 
 use super::layout::Prim::*;
 use super::layout::{Elem, Field, MAX, Message, Struct, Ty, V};
@@ -882,6 +883,77 @@ static CONSUMER_GROUP_DESCRIBE_REQUEST_FIELDS: Struct = Struct {
     ],
 };
 
+static CREATE_ACLS_REQUEST_ACL_CREATION: Struct = Struct {
+    name: "AclCreation",
+    fields: &[
+        Field::new("resource_type", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new("resource_name", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new(
+            "resource_pattern_type",
+            Ty::One(Elem::Prim(Int8)),
+            V(1, MAX),
+        ),
+        Field::new("principal", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("host", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("operation", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new("permission_type", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+    ],
+};
+
+static CREATE_ACLS_REQUEST_FIELDS: Struct = Struct {
+    name: "CreateAclsRequest",
+    fields: &[Field::new(
+        "creations",
+        Ty::Array(Elem::Struct(&CREATE_ACLS_REQUEST_ACL_CREATION)),
+        V(0, MAX),
+    )],
+};
+
+static DESCRIBE_ACLS_REQUEST_FIELDS: Struct = Struct {
+    name: "DescribeAclsRequest",
+    fields: &[
+        Field::new("resource_type_filter", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new(
+            "resource_name_filter",
+            Ty::One(Elem::Prim(String)),
+            V(0, MAX),
+        )
+        .nullable(),
+        Field::new("pattern_type_filter", Ty::One(Elem::Prim(Int8)), V(1, MAX)),
+        Field::new("principal_filter", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("host_filter", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("operation", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new("permission_type", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+    ],
+};
+
+static DELETE_ACLS_REQUEST_DELETE_ACLS_FILTER: Struct = Struct {
+    name: "DeleteAclsFilter",
+    fields: &[
+        Field::new("resource_type_filter", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new(
+            "resource_name_filter",
+            Ty::One(Elem::Prim(String)),
+            V(0, MAX),
+        )
+        .nullable(),
+        Field::new("pattern_type_filter", Ty::One(Elem::Prim(Int8)), V(1, MAX)),
+        Field::new("principal_filter", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("host_filter", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("operation", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new("permission_type", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+    ],
+};
+
+static DELETE_ACLS_REQUEST_FIELDS: Struct = Struct {
+    name: "DeleteAclsRequest",
+    fields: &[Field::new(
+        "filters",
+        Ty::Array(Elem::Struct(&DELETE_ACLS_REQUEST_DELETE_ACLS_FILTER)),
+        V(0, MAX),
+    )],
+};
+
 /// The request header (versions 1 and 2; version 0 is used by no supported API).
 pub(crate) static REQUEST_HEADER: Message = Message {
     api_key: -1,
@@ -1040,5 +1112,20 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 51,
         flexible: V(0, MAX),
         body: &ALTER_USER_SCRAM_CREDENTIALS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 30,
+        flexible: V(2, MAX),
+        body: &CREATE_ACLS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 29,
+        flexible: V(2, MAX),
+        body: &DESCRIBE_ACLS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 31,
+        flexible: V(2, MAX),
+        body: &DELETE_ACLS_REQUEST_FIELDS,
     },
 ];

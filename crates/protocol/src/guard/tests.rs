@@ -107,6 +107,9 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::AlterUserScramCredentials => {
             RequestKind::AlterUserScramCredentials(Default::default())
         }
+        ApiKey::CreateAcls => RequestKind::CreateAcls(Default::default()),
+        ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
+        ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
         other => panic!("no default body for {other:?}: add it with the API to SUPPORTED"),
     }
 }

@@ -160,6 +160,38 @@ impl AclIndex {
         }
         allowed
     }
+    /// Whether some ALLOW entry on a resource of `resource_type` grants `operation` (or ALL)
+    /// to `principal` at `host`, with no DENY for it on a literal `*` (which would cover every
+    /// resource of the type). Kafka's `authorizeByResourceType`, used where any one resource
+    /// of a type is enough (InitProducerId without a transactional id: WRITE on some topic).
+    pub fn allows_any(
+        &self,
+        principal: &Principal,
+        host: &str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool {
+        let Some(index) = self.by_type.get(&resource_type) else {
+            return false;
+        };
+        let entry_applies = |e: &IndexedEntry| {
+            applies(e, principal, host, operation)
+                && (e.operation == operation || e.operation == AclOperation::All)
+        };
+        let denied_everywhere = index
+            .literal
+            .get(WILDCARD)
+            .into_iter()
+            .flatten()
+            .any(|e| e.permission == AclPermissionType::Deny && entry_applies(e));
+        !denied_everywhere
+            && index
+                .literal
+                .values()
+                .chain(index.prefixed.values())
+                .flatten()
+                .any(|e| e.permission == AclPermissionType::Allow && entry_applies(e))
+    }
 }
 
 /// Whether an entry on a matching resource applies to this principal, host and operation.
@@ -311,6 +343,22 @@ impl Authorizer {
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .authorize(principal, host, operation, resource_type, resource_name)
+    }
+
+    /// [`AclIndex::allows_any`], or a super user.
+    pub fn allows_any(
+        &self,
+        principal: &Principal,
+        host: &str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool {
+        self.is_super_user(principal)
+            || self
+                .snapshot
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .allows_any(principal, host, operation, resource_type)
     }
 
     /// Bindings matching `filter` (DescribeAcls). A filter with an UNKNOWN element is

@@ -604,6 +604,27 @@ fn authorize_table() {
 }
 
 #[test]
+fn allows_any_finds_one_resource_of_the_type() {
+    let alice = Principal::user("alice");
+    let bob = Principal::user("bob");
+    let index = AclIndex::from_bindings([
+        allow(Res::Topic, "logs-", Pat::Prefixed, "User:alice", Op::Write),
+        allow(Res::Topic, "orders", Pat::Literal, "User:bob", Op::Read),
+        allow(Res::Topic, "orders", Pat::Literal, "User:carol", Op::All),
+        allow(Res::Topic, "orders", Pat::Literal, "User:dave", Op::Write),
+        deny(Res::Topic, "*", Pat::Literal, "User:dave", Op::Write),
+    ])
+    .unwrap();
+    assert!(index.allows_any(&alice, "h", Op::Write, Res::Topic));
+    // READ does not grant WRITE, and WRITE is not asked for on groups.
+    assert!(!index.allows_any(&bob, "h", Op::Write, Res::Topic));
+    assert!(!index.allows_any(&alice, "h", Op::Write, Res::Group));
+    assert!(index.allows_any(&Principal::user("carol"), "h", Op::Write, Res::Topic));
+    // A deny on every topic outweighs an allow on one.
+    assert!(!index.allows_any(&Principal::user("dave"), "h", Op::Write, Res::Topic));
+}
+
+#[test]
 fn filter_table() {
     let lit = ResourcePattern::new(Res::Topic, "foo", Pat::Literal);
     let star = ResourcePattern::new(Res::Topic, "*", Pat::Literal);
