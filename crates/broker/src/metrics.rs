@@ -65,7 +65,7 @@ pub struct Metrics {
 }
 
 /// Why the Kafka listener closed a connection on its own, as the `reason` label.
-pub const CONNECTION_CLOSE_REASONS: [&str; 8] = [
+pub const CONNECTION_CLOSE_REASONS: [&str; 9] = [
     "idle",
     "request_timeout",
     "write_stalled",
@@ -76,6 +76,9 @@ pub const CONNECTION_CLOSE_REASONS: [&str; 8] = [
     "unauthenticated",
     // A failed SASL authentication (after its answer).
     "authentication_failed",
+    // A TLS handshake that failed or did not finish in time, or a client certificate that
+    // names no user.
+    "tls_handshake",
 ];
 
 /// The Kafka listener's connection counts.
@@ -242,7 +245,7 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
     out.family(
         "sluice_kafka_connections_closed_total",
         "counter",
-        "Kafka connections the broker closed or refused on its own, by reason (idle, request_timeout, write_stalled, bad_frame, malformed, refused, unauthenticated, authentication_failed).",
+        "Kafka connections the broker closed or refused on its own, by reason (idle, request_timeout, write_stalled, bad_frame, malformed, refused, unauthenticated, authentication_failed, tls_handshake).",
     );
     for (reason, count) in CONNECTION_CLOSE_REASONS.iter().zip(&m.listener.closed) {
         out.sample(

@@ -69,6 +69,11 @@ struct NewArgs {
     /// Topics the key may create and delete; repeat for several patterns
     #[arg(long, value_name = "PATTERN")]
     admin: Vec<String>,
+    /// The principal the broker's ACLs know the key as when `sluice serve --authorizer acl`
+    /// is on (then ACLs decide what the key may do, and --read/--write/--admin do not apply)
+    /// [default: User:NAME]
+    #[arg(long, value_name = "TYPE:NAME")]
+    principal: Option<String>,
 }
 
 /// Print the SHA-256 of a key read from stdin.
@@ -106,6 +111,7 @@ fn new(args: NewArgs) -> anyhow::Result<()> {
         read: args.read,
         write: args.write,
         admin: args.admin,
+        principal: args.principal,
     };
     // The same checks the server applies, so what is printed is accepted as is.
     Auth::new(vec![config.clone()]).map_err(anyhow::Error::msg)?;

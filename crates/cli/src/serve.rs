@@ -43,7 +43,7 @@ use crate::settings::{HttpListen, Resolved, Settings, StorageSettings, read_conf
 pub struct ServeArgs {
     /// TOML config file (keys: data_dir, kafka_addr, listeners, advertised_listeners, tls_cert,
     /// tls_key, tls_client_ca, ssl_principal_mapping_rules, sasl_mechanisms,
-    /// sasl_plain_over_plaintext, authorizer, super_users, http_addr, http_allow_anonymous,
+    /// sasl_plain_over_plaintext, authorizer, super_users, http_addr, http_tls, http_allow_anonymous,
     /// http_max_body_bytes, http_max_records_per_request, http_max_concurrent_requests,
     /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
     /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
@@ -82,6 +82,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         sasl,
         authorizer,
         http,
+        http_tls,
         http_config,
         auth,
         mut broker_config,
@@ -91,7 +92,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         retention_check_interval,
     } = args.settings.or(file).resolve()?;
     // Bad TLS files stop the start here, before anything binds.
-    let needs_tls = listeners.iter().any(|l| l.protocol.uses_tls());
+    let needs_tls = http_tls || listeners.iter().any(|l| l.protocol.uses_tls());
     let tls = match tls.filter(|_| needs_tls) {
         Some(settings) => Some(sluice_server::tls::TlsState::load(settings)?),
         None => None,
@@ -210,7 +211,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 if !auth.enabled() {
                     tracing::warn!("no HTTP API keys configured: the HTTP API on {bound} accepts every request");
                 }
-                tracing::info!("http listening on {bound}");
+                if http_tls {
+                    tracing::info!("http listening on {bound} (HTTPS)");
+                } else {
+                    tracing::info!("http listening on {bound}");
+                }
                 let storage = match (&backend, &joined) {
                     (Some(b), _) => {
                         let (b, ready) = (b.clone(), b.clone());
@@ -229,7 +234,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     (None, None) => None,
                 };
                 let state = AppState::with_storage(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone(), storage);
-                Some(tokio::spawn(sluice_http::serve(listener, state)))
+                match tls.clone().filter(|_| http_tls) {
+                    Some(tls) => Some(tokio::spawn(sluice_http::serve_tls(
+                        listener,
+                        state,
+                        Arc::new(move || tls.config()),
+                    ))),
+                    None => Some(tokio::spawn(sluice_http::serve(listener, state))),
+                }
             }
             None => None,
         };

@@ -124,6 +124,10 @@ settings! {
         /// HTTP API listener address; "off" disables the HTTP API [default: 127.0.0.1:8080]
         #[arg(long, env = "SLUICE_HTTP_ADDR")]
         http_addr: String,
+        /// Serve the HTTP API over TLS (HTTPS) with --tls-cert and --tls-key, the Kafka
+        /// listeners' files (reloaded the same way) [default: false]
+        #[arg(long, env = "SLUICE_HTTP_TLS")]
+        http_tls: bool,
         /// Serve the HTTP API without API keys on a non-loopback address [default: false]
         #[arg(long, env = "SLUICE_HTTP_ALLOW_ANONYMOUS")]
         http_allow_anonymous: bool,
@@ -309,6 +313,8 @@ pub struct Resolved {
     pub advertised_host: Option<String>,
     /// `None`: the HTTP API is off.
     pub http: Option<HttpListen>,
+    /// Serve the HTTP API over TLS with `tls`.
+    pub http_tls: bool,
     pub http_config: HttpConfig,
     pub auth: Arc<Auth>,
     /// `advertised_host` and `advertised_port` are filled in once the Kafka listener is bound.
@@ -424,6 +430,7 @@ impl Settings {
             sasl,
             authorizer,
             advertised_host: self.advertised_host,
+            http_tls: self.http_tls.unwrap_or(false),
             http,
             http_config,
             auth,
@@ -495,7 +502,11 @@ impl Settings {
         if tls.is_none() && self.tls_client_ca.is_some() {
             bail!("--tls-client-ca needs --tls-cert and --tls-key");
         }
-        let needs_tls = needs_tls.is_some();
+        let http_tls = self.http_tls.unwrap_or(false);
+        if http_tls && tls.is_none() {
+            bail!("--http-tls needs --tls-cert and --tls-key (PEM files; see docs/security.md)");
+        }
+        let needs_tls = needs_tls.is_some() || http_tls;
         Ok((listeners, advertised, tls.filter(|_| needs_tls), sasl))
     }
 
@@ -1173,5 +1184,75 @@ mod tests {
             ..Settings::default()
         };
         assert!(allowed.resolve().is_ok());
+    }
+
+    #[test]
+    fn authorizer_super_users_and_http_tls_resolve_or_say_what_is_wrong() {
+        let resolved = Settings {
+            authorizer: Some("acl".to_owned()),
+            super_users: Some("User:admin; User:CN=ops,O=Acme".to_owned()),
+            ..Settings::default()
+        }
+        .resolve()
+        .unwrap();
+        let supers: Vec<String> = resolved
+            .authorizer
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(supers, ["User:admin", "User:CN=ops,O=Acme"]);
+        assert!(Settings::default().resolve().unwrap().authorizer.is_none());
+        let tls = Settings {
+            http_tls: Some(true),
+            tls_cert: Some("server.crt".into()),
+            tls_key: Some("server.key".into()),
+            ..Settings::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(tls.http_tls && tls.tls.is_some());
+        for (bad, message) in [
+            (
+                Settings {
+                    authorizer: Some("simple".to_owned()),
+                    ..Settings::default()
+                },
+                "invalid authorizer \"simple\"",
+            ),
+            (
+                Settings {
+                    super_users: Some("User:admin".to_owned()),
+                    ..Settings::default()
+                },
+                "--super-users needs --authorizer acl",
+            ),
+            (
+                Settings {
+                    authorizer: Some("acl".to_owned()),
+                    super_users: Some("admin".to_owned()),
+                    ..Settings::default()
+                },
+                "invalid super_users",
+            ),
+            (
+                Settings {
+                    authorizer: Some("acl".to_owned()),
+                    storage: Some("s3://bucket".to_owned()),
+                    ..Settings::default()
+                },
+                "--authorizer is for local-disk mode",
+            ),
+            (
+                Settings {
+                    http_tls: Some(true),
+                    ..Settings::default()
+                },
+                "--http-tls needs --tls-cert and --tls-key",
+            ),
+        ] {
+            let err = bad.resolve().err().expect(message);
+            assert!(format!("{err:#}").contains(message), "{err:#}");
+        }
     }
 }

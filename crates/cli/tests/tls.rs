@@ -408,6 +408,58 @@ fn mutual_tls_accepts_good_client_certificates_only() {
     server.stop();
 }
 
+/// `curl` against the HTTPS API: (status code or 0 when the exchange failed, body).
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn the_http_api_serves_tls_with_the_same_files_and_failed_handshakes_are_counted() {
+    let pki = Pki::new();
+    let (server, ssl) = pki.start(&["--http-tls", "true"]);
+    assert_eq!(server.log_lines_with("(HTTPS)").len(), 1);
+    let port = server.http_port;
+    let https = |path: &str| format!("https://localhost:{port}{path}");
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let ca = pki.arg("ca.crt");
+    let (code, body) = curl(&["--cacert", &ca, "--resolve", &resolve, &https("/healthz")]);
+    assert_eq!(code, 200, "{body}");
+    // Plain HTTP on the HTTPS port gets no HTTP answer; a client that does not trust the
+    // server's CA refuses it. Neither hangs.
+    let started = Instant::now();
+    let (code, _) = curl(&[&format!("http://127.0.0.1:{port}/healthz")]);
+    assert_eq!(code, 0);
+    let (code, _) = curl(&["--resolve", &resolve, &https("/healthz")]);
+    assert_eq!(code, 0);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    // A PLAINTEXT Kafka client on the SSL listener: counted, as the failed HTTPS handshakes.
+    refused(
+        TcpStream::connect(("127.0.0.1", ssl)).unwrap(),
+        "plaintext on SSL",
+    );
+    wait_for_log(&server, "TLS handshake failed", 1);
+    let (_, metrics) = curl(&["--cacert", &ca, "--resolve", &resolve, &https("/metrics")]);
+    let kafka = common::sample(
+        &metrics,
+        "sluice_kafka_connections_closed_total{reason=\"tls_handshake\"}",
+    );
+    let http = common::sample(
+        &metrics,
+        "sluice_http_connections_closed_total{reason=\"tls_handshake\"}",
+    );
+    assert!(kafka >= 1.0, "{metrics}");
+    assert!(http >= 1.0, "{metrics}");
+    server.stop();
+}
+
 #[test]
 fn principal_mapping_rules_that_name_no_user_refuse_the_connection() {
     let pki = Pki::new();

@@ -17,11 +17,12 @@
 
 use std::sync::{Arc, RwLock};
 
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
+use sluice_security::{AclOperation, ResourceType};
 
 use crate::{ApiError, AppState};
 
@@ -38,6 +39,11 @@ pub struct ApiKeyConfig {
     pub write: Vec<String>,
     #[serde(default)]
     pub admin: Vec<String>,
+    /// The principal the broker's ACLs know this key as, when ACL checks are on
+    /// (`--authorizer acl`), e.g. `User:alice`; then the ACLs decide what the key may do and
+    /// `read`, `write` and `admin` do not apply [default: `User:` + the key's name]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// What a request wants to do with a topic.
@@ -110,6 +116,8 @@ fn glob_match(pattern: &str, text: &str) -> bool {
 /// A checked key, ready to match requests.
 struct Key {
     name: String,
+    /// Who the ACLs know this key as (`Type:name`).
+    principal: String,
     /// SHA-256 of the key.
     hash: [u8; 32],
     read: Vec<Pattern>,
@@ -235,7 +243,19 @@ fn build(configs: Vec<ApiKeyConfig>) -> Result<KeySet, String> {
                 .map(|text| check_pattern(&at, access, text))
                 .collect()
         };
+        let principal = match config.principal {
+            None => format!("User:{}", config.name),
+            Some(p) => match p.split_once(':') {
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => p,
+                _ => {
+                    return Err(format!(
+                        "{at}: principal {p:?} is not of the form Type:name (e.g. \"User:alice\")"
+                    ));
+                }
+            },
+        };
         keys.push(Arc::new(Key {
+            principal,
             read: patterns(config.read, Access::Read)?,
             write: patterns(config.write, Access::Write)?,
             admin: patterns(config.admin, Access::Admin)?,
@@ -319,7 +339,10 @@ impl Auth {
     ) -> Result<Principal, Unauthorized> {
         let keys = self.current();
         if keys.keys.is_empty() {
-            return Ok(Principal { key: None });
+            return Ok(Principal {
+                key: None,
+                acl: None,
+            });
         }
         let Some(value) = authorization else {
             return Err(Unauthorized::new(
@@ -342,6 +365,7 @@ impl Auth {
         match keys.find(&hash) {
             Some(key) => Ok(Principal {
                 key: Some(Arc::clone(key)),
+                acl: None,
             }),
             None => Err(Unauthorized::new(
                 "unknown API key: check the key, or ask for one to be added to http_api_keys",
@@ -351,15 +375,63 @@ impl Auth {
 }
 
 /// The caller of a request: a key with its grants, or anyone when authentication is off.
+/// With ACL checks on (`--authorizer acl`), the broker's ACLs decide instead, for the key's
+/// principal (`User:ANONYMOUS` without keys), as they do for Kafka clients.
 #[derive(Debug, Clone)]
 pub struct Principal {
     /// `None`: authentication is off.
     key: Option<Arc<Key>>,
+    /// `Some` when ACL checks are on.
+    acl: Option<AclCaller>,
+}
+
+/// What the broker's ACL check needs to know of an HTTP caller.
+#[derive(Debug, Clone)]
+struct AclCaller {
+    broker: Arc<sluice_broker::Broker>,
+    caller: sluice_broker::Caller,
+}
+
+/// The ACL operation an HTTP access needs on a topic: reads READ, produce WRITE; an admin
+/// route names its own (CREATE, DELETE) through [`Principal::require_to`].
+fn acl_operation(access: Access) -> AclOperation {
+    match access {
+        Access::Read => AclOperation::Read,
+        Access::Write => AclOperation::Write,
+        Access::Admin => AclOperation::Alter,
+    }
 }
 
 impl Principal {
     /// Ok when this caller may do `access` on `topic`; else 403 naming the key and the topic.
     pub fn require(&self, access: Access, topic: &str) -> Result<(), ApiError> {
+        self.require_to(access, acl_operation(access), topic)
+    }
+
+    /// [`Principal::require`] for a route whose ACL operation is not `access`'s usual one
+    /// (creating a topic takes CREATE, deleting it DELETE).
+    pub fn require_to(
+        &self,
+        access: Access,
+        operation: AclOperation,
+        topic: &str,
+    ) -> Result<(), ApiError> {
+        if let Some(acl) = &self.acl {
+            let allowed = acl
+                .broker
+                .authorized(&acl.caller, operation, ResourceType::Topic, topic)
+                || (operation == AclOperation::Create
+                    && acl.broker.authorized(
+                        &acl.caller,
+                        AclOperation::Create,
+                        ResourceType::Cluster,
+                        sluice_security::acl::CLUSTER_NAME,
+                    ));
+            if allowed {
+                return Ok(());
+            }
+            return Err(self.acl_refusal(operation, "topic", topic));
+        }
         if self.allows(access, topic) {
             return Ok(());
         }
@@ -371,16 +443,63 @@ impl Principal {
         )))
     }
 
+    /// Ok when this caller may do `operation` on consumer group `group`: always without ACL
+    /// checks (key lists name topics only); with them, what the ACLs say.
+    pub fn require_group(&self, operation: AclOperation, group: &str) -> Result<(), ApiError> {
+        match &self.acl {
+            Some(acl)
+                if !acl
+                    .broker
+                    .authorized(&acl.caller, operation, ResourceType::Group, group) =>
+            {
+                Err(self.acl_refusal(operation, "group", group))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn acl_refusal(&self, operation: AclOperation, kind: &str, name: &str) -> ApiError {
+        let who = self
+            .acl
+            .as_ref()
+            .map(|a| a.caller.principal.to_string())
+            .unwrap_or_default();
+        let key = match self.key_name() {
+            Some(k) => format!(" (API key \"{k}\")"),
+            None => String::new(),
+        };
+        ApiError::forbidden(format!(
+            "{who}{key} may not {operation} {kind} \"{name}\": no ACL allows it (kafka-acls --add --allow-principal {who} --operation {operation} --{kind} {name})"
+        ))
+    }
+
     /// True when this caller may do `access` on `topic`.
     pub fn allows(&self, access: Access, topic: &str) -> bool {
+        if let Some(acl) = &self.acl {
+            return acl.broker.authorized(
+                &acl.caller,
+                acl_operation(access),
+                ResourceType::Topic,
+                topic,
+            );
+        }
         match &self.key {
             None => true,
             Some(key) => key.patterns(access).iter().any(|p| p.matches(topic)),
         }
     }
 
-    /// True when this caller has any grant (read, write or admin) on `topic`.
+    /// True when this caller has any grant (read, write or admin) on `topic`; with ACL checks
+    /// on, when it may DESCRIBE it (which any of READ, WRITE, DELETE or ALTER implies).
     pub fn allows_any(&self, topic: &str) -> bool {
+        if let Some(acl) = &self.acl {
+            return acl.broker.authorized(
+                &acl.caller,
+                AclOperation::Describe,
+                ResourceType::Topic,
+                topic,
+            );
+        }
         [Access::Read, Access::Write, Access::Admin]
             .into_iter()
             .any(|access| self.allows(access, topic))
@@ -426,9 +545,28 @@ impl FromRequestParts<Arc<AppState>> for Principal {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        state
+        let mut principal = state
             .auth
-            .authenticate(parts.headers.get(header::AUTHORIZATION))
+            .authenticate(parts.headers.get(header::AUTHORIZATION))?;
+        if state.broker.authorizer().is_some() {
+            let peer = parts
+                .extensions
+                .get::<ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip());
+            let name = match &principal.key {
+                Some(key) => key.principal.as_str(),
+                None => "User:ANONYMOUS",
+            };
+            principal.acl = Some(AclCaller {
+                broker: Arc::clone(&state.broker),
+                caller: sluice_broker::Caller {
+                    peer,
+                    listener: 0,
+                    principal: Arc::from(name),
+                },
+            });
+        }
+        Ok(principal)
     }
 }
 
@@ -457,6 +595,7 @@ mod tests {
             read: list(read),
             write: list(write),
             admin: list(admin),
+            principal: None,
         }
     }
 

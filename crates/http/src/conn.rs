@@ -34,6 +34,11 @@
 //!   Why not hyper's own `header_read_timeout`: hyper starts that timer as soon as it is ready
 //!   for a next request, so on a kept-alive connection it is an idle timeout of the same length;
 //!   the two deadlines could not differ.
+//! - **TLS** ([`serve_tls`]): the handshake is done in the connection's task before HTTP
+//!   starts, within [`HttpConfig::header_read_timeout_ms`]; a failed or slow handshake closes
+//!   the connection (counted as `tls_handshake` in the closed-connection metric). Each
+//!   connection takes the server config current when it is accepted, so a reloaded
+//!   certificate applies to new connections without dropping the others.
 //! - **Shutdown**: accepting stops, every connection finishes its request in flight (long polls
 //!   end early, see `consume`) and closes; [`serve`] returns once all have closed.
 
@@ -117,7 +122,29 @@ impl Timeouts {
 
 /// Serves the HTTP API on `listener` until `state.shutdown` becomes true; requests in flight
 /// are finished (long polls end early) and every connection has closed before this returns.
+/// Where an HTTPS listener gets its server config: called for each accepted connection, so a
+/// certificate reloaded since applies to the next one.
+pub type TlsConfigSource = Arc<dyn Fn() -> Arc<rustls::ServerConfig> + Send + Sync>;
+
+/// Serves plain HTTP on `listener` (see the module docs).
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> io::Result<()> {
+    serve_with(listener, state, None).await
+}
+
+/// Serves HTTPS on `listener`: [`serve`] with a TLS handshake first on every connection.
+pub async fn serve_tls(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    tls: TlsConfigSource,
+) -> io::Result<()> {
+    serve_with(listener, state, Some(tls)).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    tls: Option<TlsConfigSource>,
+) -> io::Result<()> {
     let timeouts = Timeouts::new(&state.config);
     // `acquire_many` below takes a u32; no real setting comes near either ceiling.
     let max_connections = state
@@ -149,6 +176,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> io::Result<()
                             Arc::clone(&state),
                             timeouts,
                             slot,
+                            tls.as_ref().map(|source| source()),
                         ));
                     }
                     Err(_) => {
@@ -211,15 +239,68 @@ async fn serve_connection(
     state: Arc<AppState>,
     timeouts: Timeouts,
     _slot: OwnedSemaphorePermit,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) {
     let _ = tcp.set_nodelay(true);
     let metrics = &state.metrics;
     metrics.connection_open(true);
     let activity = Arc::new(Activity::new(Instant::now()));
-    let io = TokioIo::new(Watched {
+    let watched = Watched {
         tcp,
         activity: Arc::clone(&activity),
-    });
+    };
+    match tls {
+        None => {
+            drive(
+                TokioIo::new(watched),
+                peer,
+                router,
+                &state,
+                timeouts,
+                activity,
+            )
+            .await
+        }
+        Some(config) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            match tokio::time::timeout(timeouts.header_read, acceptor.accept(watched)).await {
+                Ok(Ok(stream)) => {
+                    drive(
+                        TokioIo::new(stream),
+                        peer,
+                        router,
+                        &state,
+                        timeouts,
+                        activity,
+                    )
+                    .await;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = %peer, error = %e, "HTTPS handshake failed");
+                    metrics.connection_closed("tls_handshake");
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %peer, "HTTPS handshake too slow");
+                    metrics.connection_closed("tls_handshake");
+                }
+            }
+        }
+    }
+    metrics.connection_open(false);
+}
+
+/// Serves HTTP/1 on one connection's byte stream (plain or TLS) until it ends.
+async fn drive<I>(
+    io: I,
+    peer: SocketAddr,
+    router: Router,
+    state: &Arc<AppState>,
+    timeouts: Timeouts,
+    activity: Arc<Activity>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let metrics = &state.metrics;
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |mut request: Request<Incoming>| {
@@ -264,7 +345,6 @@ async fn serve_connection(
             }
         }
     }
-    metrics.connection_open(false);
 }
 
 /// What a connection is waiting for when no request is being served.

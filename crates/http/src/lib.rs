@@ -224,6 +224,16 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
     conn::serve(listener, state).await
 }
 
+/// [`serve`] over TLS (`sluice serve --http-tls`): each connection's handshake uses the config
+/// `tls` gives at the time it is accepted.
+pub async fn serve_tls(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    tls: conn::TlsConfigSource,
+) -> std::io::Result<()> {
+    conn::serve_tls(listener, state, tls).await
+}
+
 #[cfg(test)]
 mod config_tests {
     use super::*;

@@ -26,12 +26,13 @@ use sluice_broker::metrics::{LatencyHistogram, LatencySnapshot, ListenerSeries, 
 pub const HTTP_SERIES_MAX: usize = 256;
 
 /// Why the HTTP API closed a connection on its own, as the `reason` label.
-pub const HTTP_CONNECTION_CLOSE_REASONS: [&str; 5] = [
+pub const HTTP_CONNECTION_CLOSE_REASONS: [&str; 6] = [
     "header_timeout",
     "body_timeout",
     "idle",
     "write_stalled",
     "refused",
+    "tls_handshake",
 ];
 
 /// One (method, route) of the HTTP API: its latency and its answers by status.
@@ -212,7 +213,7 @@ impl ListenerSeries for HttpMetrics {
         out.family(
             "sluice_http_connections_closed_total",
             "counter",
-            "HTTP connections the server closed or refused on its own, by reason (header_timeout, body_timeout, idle, write_stalled, refused).",
+            "HTTP connections the server closed or refused on its own, by reason (header_timeout, body_timeout, idle, write_stalled, refused, tls_handshake).",
         );
         for (reason, count) in HTTP_CONNECTION_CLOSE_REASONS
             .iter()
@@ -337,13 +338,14 @@ sluice_http_request_duration_seconds_count{method=\"POST\",route=\"/t\"} 3
 # HELP sluice_http_connections HTTP connections open now.
 # TYPE sluice_http_connections gauge
 sluice_http_connections 0
-# HELP sluice_http_connections_closed_total HTTP connections the server closed or refused on its own, by reason (header_timeout, body_timeout, idle, write_stalled, refused).
+# HELP sluice_http_connections_closed_total HTTP connections the server closed or refused on its own, by reason (header_timeout, body_timeout, idle, write_stalled, refused, tls_handshake).
 # TYPE sluice_http_connections_closed_total counter
 sluice_http_connections_closed_total{reason=\"header_timeout\"} 0
 sluice_http_connections_closed_total{reason=\"body_timeout\"} 0
 sluice_http_connections_closed_total{reason=\"idle\"} 0
 sluice_http_connections_closed_total{reason=\"write_stalled\"} 0
 sluice_http_connections_closed_total{reason=\"refused\"} 0
+sluice_http_connections_closed_total{reason=\"tls_handshake\"} 0
 ";
         assert!(text.ends_with(expected_tail), "{text}");
     }

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use sluice_broker::Broker;
 use sluice_broker::groups::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 use sluice_protocol::kafka_protocol::ResponseError;
+use sluice_security::AclOperation;
 
 use crate::auth::{Access, Principal};
 use crate::consume::QueryParams;
@@ -76,6 +77,7 @@ pub async fn commit(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Committed>, ApiError> {
     let group = group_path(group)?;
+    principal.require_group(AclOperation::Read, &group)?;
     let body = body.map_err(body_error)?;
     let req: CommitRequest = parse_json(&body)?;
     if req.offsets.is_empty() {
@@ -141,6 +143,7 @@ pub async fn fetch(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<GroupOffsets>, ApiError> {
     let group = group_path(group)?;
+    principal.require_group(AclOperation::Describe, &group)?;
     let query = QueryParams::new(query, &["topic"])?;
     let only_topic = query.get("topic");
     let asked = match only_topic {

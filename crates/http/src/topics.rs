@@ -33,6 +33,7 @@ use sluice_broker::catalog::ChangeError;
 use sluice_broker::cluster::ClusterError;
 use sluice_broker::topics::validate_topic_name;
 use sluice_broker::{Broker, Topic, TopicConfig, TopicError};
+use sluice_security::AclOperation;
 
 use crate::auth::{Access, Principal};
 use crate::error::{body_error, parse_json};
@@ -107,7 +108,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let req: CreateTopic = parse_json(&body)?;
-    principal.require(Access::Admin, &req.name)?;
+    principal.require_to(Access::Admin, AclOperation::Create, &req.name)?;
     validate_topic_name(&req.name).map_err(topic_error)?;
     let broker_config = state.broker.config();
     let partitions = match req.partitions {
@@ -167,7 +168,7 @@ pub async fn delete(
     topic: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let name = topic_path(topic)?;
-    principal.require(Access::Admin, &name)?;
+    principal.require_to(Access::Admin, AclOperation::Delete, &name)?;
     let broker = Arc::clone(&state.broker);
     if broker.cluster().is_some() {
         broker

@@ -225,7 +225,11 @@ pub async fn serve(
                     connections.spawn(async move {
                         // The handshake runs here, not in the accept loop: a slow client
                         // delays only itself. The slot is held meanwhile.
-                        if let Some((transport, principal)) = open(stream, peer, &endpoint, &shared, config.request_timeout).await {
+                        let opened = open(stream, peer, &endpoint, &shared, config.request_timeout).await;
+                        if opened.is_none() {
+                            broker.metrics().kafka_connection_closed("tls_handshake");
+                        }
+                        if let Some((transport, principal)) = opened {
                             let conn = Connection {
                                 broker: Arc::clone(&broker),
                                 config,

@@ -77,7 +77,11 @@ impl Server {
         let (addr, http) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("sluice did not log its listening address");
-        let port_of = |a: &str| a.rsplit(':').next().unwrap().parse().unwrap();
+        // "HOST:PORT", maybe followed by " (PROTOCOL)".
+        let port_of = |a: &str| {
+            let addr = a.split_whitespace().next().unwrap_or_default();
+            addr.rsplit(':').next().unwrap().parse().unwrap()
+        };
         let http = http.expect("sluice did not log its HTTP address before the Kafka one");
         Server {
             child,

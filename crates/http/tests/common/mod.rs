@@ -113,5 +113,6 @@ pub fn key(
         read: list(read),
         write: list(write),
         admin: list(admin),
+        principal: None,
     }
 }
