@@ -94,6 +94,9 @@ pub struct Broker {
     cluster: Option<ClusterParts>,
     /// The ACLs every request is checked against (`--authorizer acl`); unset: no checks.
     authorizer: std::sync::OnceLock<Arc<sluice_security::Authorizer>>,
+    /// Orders [`Broker::record_file`]'s read-and-record steps, so that a later read is never
+    /// recorded before an earlier one.
+    file_records: std::sync::Mutex<()>,
 }
 
 /// What a broker in cluster mode holds besides the single-broker parts.
@@ -225,6 +228,7 @@ impl Broker {
             journal,
             cluster: None,
             authorizer: std::sync::OnceLock::new(),
+            file_records: std::sync::Mutex::new(()),
         })
     }
 
@@ -299,6 +303,7 @@ impl Broker {
                 misses: log_limiter::LogLimiter::new(CATALOG_MISS_REFRESH_INTERVAL),
             }),
             authorizer: std::sync::OnceLock::new(),
+            file_records: std::sync::Mutex::new(()),
         })
     }
 
@@ -442,6 +447,46 @@ impl Broker {
     pub fn sync_metadata(&self) -> BoxFuture<'static, Result<(), storage::StorageError>> {
         let durable = self.journal.as_ref().map(|j| j.durable());
         durable.unwrap_or_else(|| futures::future::ready(Ok(())).boxed())
+    }
+
+    /// Records the current contents of `path`, a file under the data directory that another
+    /// part keeps (the ACLs, the SASL users), in the metadata journal, and returns the future of
+    /// its durability: in object-storage mode the file then lives in the bucket with the rest of
+    /// the metadata and comes back with it; in local mode there is nothing to do (the file was
+    /// fsynced where it is). Blocking (it reads the file): call it off the async threads.
+    pub fn record_file(
+        &self,
+        path: &std::path::Path,
+    ) -> BoxFuture<'static, Result<(), storage::StorageError>> {
+        let Some(journal) = &self.journal else {
+            return futures::future::ready(Ok(())).boxed();
+        };
+        let recorded = (|| {
+            let io = |op, source| storage::StorageError::Io {
+                op,
+                path: path.to_owned(),
+                source,
+            };
+            let Some(rel) = sluice_storage::relative_path(&self.config.data_dir, path) else {
+                return Err(io(
+                    "record",
+                    std::io::Error::other("not under the data directory"),
+                ));
+            };
+            let _order = self
+                .file_records
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let contents = std::fs::read(path).map_err(|e| io("read", e))?;
+            journal.record(sluice_storage::FileChange::Write {
+                path: rel,
+                contents,
+            })
+        })();
+        match recorded {
+            Ok(()) => self.sync_metadata(),
+            Err(e) => futures::future::ready(Err(e)).boxed(),
+        }
     }
 
     pub fn config(&self) -> &BrokerConfig {

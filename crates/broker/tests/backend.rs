@@ -602,3 +602,77 @@ fn offset_commits_are_journaled_and_wait_for_durability() {
     f.backend.set_failing(false);
     assert_eq!(code(Some(f.call(commit(6)))), 0);
 }
+
+#[test]
+fn acl_changes_are_journaled_and_answered_once_durable() {
+    let f = Fixture::new();
+    let authorizer = sluice_security::Authorizer::open(
+        f.dir.path(),
+        [sluice_security::Principal::user("admin")],
+    )
+    .unwrap();
+    assert!(f.broker.set_authorizer(Arc::new(authorizer)));
+    let admin = sluice_broker::Caller {
+        principal: Arc::from("User:admin"),
+        ..sluice_broker::Caller::default()
+    };
+    let create = || {
+        let req = CreateAclsRequest::default().with_creations(vec![
+            create_acls_request::AclCreation::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("orders"))
+                .with_resource_pattern_type(3)
+                .with_principal(StrBytes::from_static_str("User:alice"))
+                .with_host(StrBytes::from_static_str("*"))
+                .with_operation(3)
+                .with_permission_type(3),
+        ]);
+        f.broker.handle_from(
+            request(ApiKey::CreateAcls, 3, RequestKind::CreateAcls(req)),
+            &admin,
+        )
+    };
+    f.backend.set_gate(false);
+    let mut handling = create();
+    let early = f.rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(300), &mut handling)
+            .await
+            .is_ok()
+    });
+    assert!(!early, "answered before the journal was durable");
+    // The whole ACL file is journaled, under its path in the data directory.
+    let Some(FileChange::Write { path, contents }) = f.backend.changes().last().cloned() else {
+        panic!("no file write journaled");
+    };
+    assert_eq!(path, "security/acls.json");
+    let file: serde_json::Value = serde_json::from_slice(&contents).unwrap();
+    assert_eq!(file["acls"][0]["principal"], "User:alice", "{file}");
+    f.backend.set_gate(true);
+    match f.rt.block_on(handling).map(|r| r.body) {
+        Some(ResponseKind::CreateAcls(r)) => assert_eq!(r.results[0].error_code, 0),
+        other => panic!("{other:?}"),
+    }
+    // A journal that fails: the answer says so.
+    f.backend.set_failing(true);
+    let req = DeleteAclsRequest::default().with_filters(vec![
+        delete_acls_request::DeleteAclsFilter::default()
+            .with_resource_type_filter(1)
+            .with_resource_name_filter(None)
+            .with_pattern_type_filter(1)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_operation(1)
+            .with_permission_type(1),
+    ]);
+    let deleted = f.broker.handle_from(
+        request(ApiKey::DeleteAcls, 3, RequestKind::DeleteAcls(req)),
+        &admin,
+    );
+    match f.rt.block_on(deleted).map(|r| r.body) {
+        Some(ResponseKind::DeleteAcls(r)) => assert_eq!(
+            r.filter_results[0].error_code,
+            ResponseError::KafkaStorageError.code()
+        ),
+        other => panic!("{other:?}"),
+    }
+}

@@ -97,22 +97,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(settings) => Some(sluice_server::tls::TlsState::load(settings)?),
         None => None,
     };
-    // A user file that does not load stops the start here too.
-    let sasl = match sasl {
-        Some(mechanisms) => {
-            let users = Arc::new(sluice_server::sasl::Users::open(&data_dir)?);
-            Some(Arc::new(sluice_server::sasl::Sasl::new(mechanisms, users)))
-        }
-        None => None,
+    // A user file or an ACL file that does not load stops the start here too. (In
+    // object-storage mode both are opened again once the bucket's copies are restored.)
+    let security_dir = data_dir.clone();
+    let open_security = move || -> anyhow::Result<_> {
+        let sasl = match &sasl {
+            Some(mechanisms) => {
+                let users = Arc::new(sluice_server::sasl::Users::open(&security_dir)?);
+                Some(Arc::new(sluice_server::sasl::Sasl::new(
+                    mechanisms.clone(),
+                    users,
+                )))
+            }
+            None => None,
+        };
+        let authorizer = match &authorizer {
+            Some(super_users) => Some(Arc::new(
+                sluice_security::Authorizer::open(&security_dir, super_users.clone())
+                    .context("opening the ACLs (--authorizer acl)")?,
+            )),
+            None => None,
+        };
+        Ok((sasl, authorizer))
     };
-    // So does an ACL file that does not load.
-    let authorizer = match authorizer {
-        Some(super_users) => Some(Arc::new(
-            sluice_security::Authorizer::open(&data_dir, super_users)
-                .context("opening the ACLs (--authorizer acl)")?,
-        )),
-        None => None,
-    };
+    let (mut sasl_state, mut authorizer_state) = open_security()?;
     raise_open_files_limit(server_config.max_connections, http_config.max_connections);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -169,6 +177,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             (Some(storage), None) => Some(open_object_storage(storage, &data_dir).await?),
             _ => None,
         };
+        if backend.is_some() {
+            // The users and ACLs are the bucket's now.
+            (sasl_state, authorizer_state) = open_security()?;
+        }
+        let (sasl, authorizer) = (sasl_state, authorizer_state);
         let opener = backend.clone().map(|b| b as Arc<dyn sluice_broker::storage::PartitionOpener>);
         let cluster = joined.as_ref().map(|j| {
             (
@@ -189,6 +202,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await?
             .with_context(|| format!("opening data directory {}", data_dir.display()))?,
         );
+        // Object-storage mode: the users and ACLs go to the bucket with the rest of the
+        // metadata (those made before the first start, with `sluice user add`, included).
+        let security_files = sasl
+            .as_ref()
+            .map(|s| s.users().store().path().to_owned())
+            .into_iter()
+            .chain(authorizer.as_ref().map(|a| a.path().to_owned()))
+            .filter(|path| path.exists());
+        for path in security_files {
+            let b = Arc::clone(&broker);
+            let durable = tokio::task::spawn_blocking(move || b.record_file(&path)).await?;
+            durable.await.context("recording the users and ACLs in the bucket")?;
+        }
         if let Some(authorizer) = authorizer {
             let acls = authorizer.snapshot().len();
             broker.set_authorizer(authorizer);

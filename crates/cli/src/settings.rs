@@ -102,7 +102,8 @@ settings! {
         /// SASL_PLAINTEXT and SASL_SSL listeners: the mechanisms clients may use,
         /// comma-separated, of SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN. Users are kept in
         /// DATA_DIR/security/users.json (`sluice user add`, or kafka-configs --alter
-        /// --entity-type users). Local-disk mode only in this version [default: none]
+        /// --entity-type users); with --storage they are kept in the bucket too. Not yet in
+        /// cluster mode (--metadata) [default: none]
         #[arg(long, env = "SLUICE_SASL_MECHANISMS")]
         sasl_mechanisms: String,
         /// Allow PLAIN on a SASL_PLAINTEXT listener, where the password crosses the network
@@ -112,7 +113,8 @@ settings! {
         /// Check every Kafka request against ACLs: "acl" turns the checks on, "none" leaves
         /// them off. With "acl", a principal no ACL allows may do nothing (super users aside);
         /// ACLs are managed with kafka-acls or AdminClient and kept in
-        /// DATA_DIR/security/acls.json. Local-disk mode only in this version. See
+        /// DATA_DIR/security/acls.json (with --storage, in the bucket too). Not yet in
+        /// cluster mode (--metadata). See
         /// docs/security.md [default: none]
         #[arg(long, env = "SLUICE_AUTHORIZER")]
         authorizer: String,
@@ -400,15 +402,16 @@ impl Settings {
                 "retention_check_interval_ms must be between 100 and 86400000 (a day), not {retention_check_interval_ms}"
             );
         }
-        if storage.is_some() && sasl.is_some() {
+        let cluster = storage.as_ref().is_some_and(|s| s.metadata.is_some());
+        if cluster && sasl.is_some() {
             bail!(
-                "--sasl-mechanisms is for local-disk mode in this version: the SASL users live on one broker's disk, which --storage must not depend on; use SSL with client certificates there"
+                "--sasl-mechanisms is not yet available in cluster mode (--metadata): the SASL users are not shared through PostgreSQL in this version; use SSL with client certificates there"
             );
         }
         let authorizer = self.authorizer()?;
-        if storage.is_some() && authorizer.is_some() {
+        if cluster && authorizer.is_some() {
             bail!(
-                "--authorizer is for local-disk mode in this version: the ACLs live on one broker's disk, which --storage must not depend on"
+                "--authorizer is not yet available in cluster mode (--metadata): the ACLs are not shared through PostgreSQL in this version"
             );
         }
         if storage.as_ref().is_some_and(|s| s.metadata.is_some()) && listeners.len() > 1 {
@@ -1088,9 +1091,10 @@ mod tests {
                     listeners: Some("SASL_PLAINTEXT://127.0.0.1:9094".to_owned()),
                     sasl_mechanisms: Some("SCRAM-SHA-512".to_owned()),
                     storage: Some("s3://bucket/prefix".to_owned()),
+                    metadata: Some("postgres://sluice@127.0.0.1/sluice".to_owned()),
                     ..base()
                 },
-                "--sasl-mechanisms is for local-disk mode in this version",
+                "--sasl-mechanisms is not yet available in cluster mode",
             ),
             (
                 Settings {
@@ -1239,9 +1243,10 @@ mod tests {
                 Settings {
                     authorizer: Some("acl".to_owned()),
                     storage: Some("s3://bucket".to_owned()),
+                    metadata: Some("postgres://sluice@127.0.0.1/sluice".to_owned()),
                     ..Settings::default()
                 },
-                "--authorizer is for local-disk mode",
+                "--authorizer is not yet available in cluster mode",
             ),
             (
                 Settings {

@@ -102,6 +102,19 @@ fn mechanism(name: &str) -> anyhow::Result<ScramMechanism> {
         .with_context(|| format!("unknown mechanism '{name}'; use SCRAM-SHA-512 or SCRAM-SHA-256"))
 }
 
+/// An object-storage broker's users live in its bucket, which its next start restores over the
+/// local file: a change made here would be lost. Before the first start there is no bucket
+/// copy yet, and the first start uploads the local file.
+fn refuse_object_storage(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    if data_dir.join("objstore").is_dir() {
+        bail!(
+            "{} belongs to an object-storage broker (--storage), whose users are kept in its bucket: change them while it runs, with kafka-configs --alter --entity-type users (or AdminClient's alterUserScramCredentials)",
+            data_dir.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: UserArgs) -> anyhow::Result<()> {
     match args.command {
         UserCommand::Add(a) => {
@@ -119,6 +132,7 @@ pub fn run(args: UserArgs) -> anyhow::Result<()> {
                 &mut rand::rng(),
             )
             .context("cannot make the credential")?;
+            refuse_object_storage(&a.dir.data_dir)?;
             let store = UserStore::open(&a.dir.data_dir)?;
             store.upsert(&a.name, credential)?;
             println!("user {} has a {} credential", a.name, mechanism.name());
@@ -136,6 +150,7 @@ pub fn run(args: UserArgs) -> anyhow::Result<()> {
             }
         }
         UserCommand::Delete(a) => {
+            refuse_object_storage(&a.dir.data_dir)?;
             let store = UserStore::open(&a.dir.data_dir)?;
             let deleted = match a.mechanism.as_deref() {
                 Some(m) => store.delete(&a.name, mechanism(m)?)?,

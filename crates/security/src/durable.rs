@@ -67,11 +67,16 @@ pub(crate) fn store_json<T: Serialize>(path: &Path, value: &T) -> Result<(), Sec
     })?;
     bytes.push(b'\n');
     let tmp = tmp_path(path);
+    // A leftover temp file would keep its own permissions: start afresh.
+    let _ = fs::remove_file(&tmp);
     {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
+        // Owner only: the user file holds salted credentials an attacker could test passwords
+        // against offline, and the ACLs say who may do what.
+        let mut options = OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options
             .open(&tmp)
             .map_err(|e| SecurityError::io("create", &tmp, e))?;
         file.write_all(&bytes)
@@ -112,6 +117,12 @@ mod tests {
         store_json(&path, &vec![1u32, 2, 3]).unwrap();
         assert_eq!(load_json::<Vec<u32>>(&path).unwrap(), Some(vec![1, 2, 3]));
         assert!(!tmp_path(&path).exists());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
         fs::write(&path, b"{not json").unwrap();
         let err = load_json::<Vec<u32>>(&path).unwrap_err();
         assert!(matches!(err, SecurityError::Corrupt { .. }));

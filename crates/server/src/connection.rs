@@ -582,13 +582,26 @@ impl Connection {
                             ) =>
                         {
                             // The user file is rewritten and fsynced: off the async threads.
+                            // In object-storage mode the user file then goes to the bucket
+                            // with the rest of the metadata before the answer.
                             let (users, req) = (Arc::clone(users), req.clone());
+                            let broker = Arc::clone(&self.broker);
                             async move {
-                                let response = tokio::task::spawn_blocking(move || {
-                                    scram_admin::alter(&users, &req)
-                                })
-                                .await
-                                .ok()?;
+                                let (mut response, durable) =
+                                    tokio::task::spawn_blocking(move || {
+                                        let response = scram_admin::alter(&users, &req);
+                                        let changed =
+                                            response.results.iter().any(|r| r.error_code == 0);
+                                        let path = users.store().path().to_owned();
+                                        (response, changed.then(|| broker.record_file(&path)))
+                                    })
+                                    .await
+                                    .ok()?;
+                                if let Some(durable) = durable
+                                    && let Err(e) = durable.await
+                                {
+                                    scram_admin::not_durable(&mut response, &e.to_string());
+                                }
                                 Some(Response {
                                     body: ResponseKind::AlterUserScramCredentials(response),
                                     memory: None,

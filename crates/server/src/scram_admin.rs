@@ -216,6 +216,21 @@ pub fn alter(
     AlterUserScramCredentialsResponse::default().with_results(results)
 }
 
+/// Turns each success of an AlterUserScramCredentials answer into KAFKA_STORAGE_ERROR: the
+/// change is in the local user file but could not be made durable in the metadata journal
+/// (object-storage mode); it is recorded again with the next change.
+pub fn not_durable(response: &mut AlterUserScramCredentialsResponse, reason: &str) {
+    tracing::error!(error = %reason, "SCRAM credential change not recorded in the metadata journal");
+    for r in &mut response.results {
+        if r.error_code == 0 {
+            r.error_code = sluice_protocol::kafka_protocol::ResponseError::KafkaStorageError.code();
+            r.error_message = Some(StrBytes::from_string(format!(
+                "the change is made on this broker but could not be made durable in storage: {reason}"
+            )));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

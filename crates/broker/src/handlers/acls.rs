@@ -3,11 +3,16 @@
 //! answer SECURITY_DISABLED, as Kafka does without `authorizer.class.name`. Who may call them
 //! is checked before (`crate::authz`: ALTER or DESCRIBE on the cluster).
 //!
-//! Writes rewrite the ACL file and fsync it: they run on the blocking pool.
+//! Writes rewrite the ACL file and fsync it: they run on the blocking pool. In object-storage
+//! mode the new file is then recorded in the metadata journal, and the answer waits until it
+//! is in the bucket ([`Broker::record_file`]); if it cannot be, each success becomes
+//! KAFKA_STORAGE_ERROR (the change stands locally and is recorded with the next one).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::create_acls_response::AclCreationResult;
 use sluice_protocol::kafka_protocol::messages::delete_acls_response::{
@@ -29,9 +34,11 @@ use sluice_security::{
 
 use super::{Answer, str_bytes};
 use crate::Broker;
+use crate::storage::StorageError;
 
 const SECURITY_DISABLED: i16 = ResponseError::SecurityDisabled.code();
 const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
+const KAFKA_STORAGE_ERROR: i16 = ResponseError::KafkaStorageError.code();
 const NO_AUTHORIZER: &str =
     "no authorizer is configured on this broker (sluice serve --authorizer acl)";
 
@@ -89,7 +96,7 @@ fn server_error(e: &SecurityError) -> (i16, Option<StrBytes>) {
     )
 }
 
-pub fn create(broker: &Broker, req: CreateAclsRequest) -> Answer {
+pub fn create(broker: &Arc<Broker>, req: CreateAclsRequest) -> Answer {
     let Some(authorizer) = broker.authorizer().cloned() else {
         let results = req
             .creations
@@ -105,8 +112,9 @@ pub fn create(broker: &Broker, req: CreateAclsRequest) -> Answer {
         ));
     };
     let bindings: Vec<AclBinding> = req.creations.iter().map(binding).collect();
-    blocking(move || {
-        let results = match authorizer.create(&bindings) {
+    let broker = Arc::clone(broker);
+    blocking(broker, move |broker| {
+        let results: Vec<AclCreationResult> = match authorizer.create(&bindings) {
             Ok(results) => results
                 .into_iter()
                 .zip(&bindings)
@@ -132,7 +140,12 @@ pub fn create(broker: &Broker, req: CreateAclsRequest) -> Answer {
                     .collect()
             }
         };
-        ResponseKind::CreateAcls(CreateAclsResponse::default().with_results(results))
+        let changed = results.iter().any(|r| r.error_code == 0);
+        let durable = changed.then(|| broker.record_file(authorizer.path()));
+        (
+            ResponseKind::CreateAcls(CreateAclsResponse::default().with_results(results)),
+            durable,
+        )
     })
 }
 
@@ -162,7 +175,7 @@ pub fn describe(broker: &Broker, req: DescribeAclsRequest) -> Answer {
     ready(ResponseKind::DescribeAcls(response))
 }
 
-pub fn delete(broker: &Broker, req: DeleteAclsRequest) -> Answer {
+pub fn delete(broker: &Arc<Broker>, req: DeleteAclsRequest) -> Answer {
     let Some(authorizer) = broker.authorizer().cloned() else {
         let results = req
             .filters
@@ -192,8 +205,9 @@ pub fn delete(broker: &Broker, req: DeleteAclsRequest) -> Answer {
             )
         })
         .collect();
-    blocking(move || {
-        let results = match authorizer.delete(&filters) {
+    let broker = Arc::clone(broker);
+    blocking(broker, move |broker| {
+        let results: Vec<DeleteAclsFilterResult> = match authorizer.delete(&filters) {
             Ok(results) => results
                 .into_iter()
                 .map(|r| match r {
@@ -223,7 +237,12 @@ pub fn delete(broker: &Broker, req: DeleteAclsRequest) -> Answer {
                     .collect()
             }
         };
-        ResponseKind::DeleteAcls(DeleteAclsResponse::default().with_filter_results(results))
+        let changed = results.iter().any(|r| !r.matching_acls.is_empty());
+        let durable = changed.then(|| broker.record_file(authorizer.path()));
+        (
+            ResponseKind::DeleteAcls(DeleteAclsResponse::default().with_filter_results(results)),
+            durable,
+        )
     })
 }
 
@@ -285,7 +304,45 @@ fn ready(response: ResponseKind) -> Answer {
     futures::future::ready(Some(response)).boxed()
 }
 
-/// Runs an ACL file write on the blocking pool.
-fn blocking(f: impl FnOnce() -> ResponseKind + Send + 'static) -> Answer {
-    async move { tokio::task::spawn_blocking(f).await.ok() }.boxed()
+/// What an ACL write gives: the response, and the future of the change's durability in the
+/// metadata journal when something changed.
+type Written = (
+    ResponseKind,
+    Option<BoxFuture<'static, Result<(), StorageError>>>,
+);
+
+/// Runs an ACL file write on the blocking pool, then waits for it to be durable in the
+/// metadata journal; if it cannot be made so, each success becomes KAFKA_STORAGE_ERROR.
+fn blocking(broker: Arc<Broker>, f: impl FnOnce(&Broker) -> Written + Send + 'static) -> Answer {
+    async move {
+        let (mut response, durable) = tokio::task::spawn_blocking(move || f(&broker))
+            .await
+            .ok()?;
+        if let Some(durable) = durable
+            && let Err(e) = durable.await
+        {
+            tracing::error!(error = %e, "ACL change not recorded in the metadata journal");
+            let message = Some(str_bytes(format!(
+                "the ACL change is made on this broker but could not be made durable in storage: {e}"
+            )));
+            let failed = |code: &mut i16, text: &mut Option<StrBytes>| {
+                if *code == 0 {
+                    (*code, *text) = (KAFKA_STORAGE_ERROR, message.clone());
+                }
+            };
+            match &mut response {
+                ResponseKind::CreateAcls(r) => r
+                    .results
+                    .iter_mut()
+                    .for_each(|r| failed(&mut r.error_code, &mut r.error_message)),
+                ResponseKind::DeleteAcls(r) => r
+                    .filter_results
+                    .iter_mut()
+                    .for_each(|r| failed(&mut r.error_code, &mut r.error_message)),
+                _ => {}
+            }
+        }
+        Some(response)
+    }
+    .boxed()
 }

@@ -204,7 +204,7 @@ fn applies(
     if entry.principal != *principal && !entry.principal.is_wildcard() {
         return false;
     }
-    if entry.host != WILDCARD && entry.host != host {
+    if entry.host != WILDCARD && entry.host != host && !same_address(&entry.host, host) {
         return false;
     }
     if entry.operation == AclOperation::All || entry.operation == operation {
@@ -223,6 +223,17 @@ fn applies(
             AclOperation::DescribeConfigs => entry.operation == AclOperation::AlterConfigs,
             _ => false,
         }
+}
+
+/// Whether two host strings name the same IP address in different forms: Kafka writes IPv6
+/// addresses in full (`0:0:0:0:0:0:0:1`), Sluice in short (`::1`). Only IPv6 forms differ.
+fn same_address(a: &str, b: &str) -> bool {
+    a.contains(':')
+        && b.contains(':')
+        && matches!(
+            (a.parse::<std::net::IpAddr>(), b.parse::<std::net::IpAddr>()),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
 
 #[derive(Serialize, Deserialize)]

@@ -604,6 +604,25 @@ fn authorize_table() {
 }
 
 #[test]
+fn ipv6_hosts_match_in_either_form() {
+    let index = AclIndex::from_bindings([binding(
+        Res::Topic,
+        "t",
+        Pat::Literal,
+        "User:alice",
+        "0:0:0:0:0:0:0:1",
+        Op::Read,
+        Perm::Allow,
+    )])
+    .unwrap();
+    let alice = Principal::user("alice");
+    assert!(index.authorize(&alice, "::1", Op::Read, Res::Topic, "t"));
+    assert!(index.authorize(&alice, "0:0:0:0:0:0:0:1", Op::Read, Res::Topic, "t"));
+    assert!(!index.authorize(&alice, "::2", Op::Read, Res::Topic, "t"));
+    assert!(!index.authorize(&alice, "127.0.0.1", Op::Read, Res::Topic, "t"));
+}
+
+#[test]
 fn allows_any_finds_one_resource_of_the_type() {
     let alice = Principal::user("alice");
     let bob = Principal::user("bob");
