@@ -348,3 +348,147 @@ fn the_put_timeout_gives_up_an_object_after_that_long() {
     let ready = reqwest::blocking::get(format!("{}/readyz", server.http_url())).unwrap();
     assert_eq!(ready.status(), 200);
 }
+
+/// Sends one request on a fresh connection to `port` and decodes its answer.
+fn kafka_call(
+    port: u16,
+    api_key: sluice_protocol::kafka_protocol::messages::ApiKey,
+    version: i16,
+    body: sluice_protocol::kafka_protocol::messages::RequestKind,
+) -> sluice_protocol::kafka_protocol::messages::ResponseKind {
+    use std::io::{Read, Write};
+    let mut out = bytes::BytesMut::new();
+    sluice_protocol::codec::encode_request(&mut out, api_key, version, 1, "test", &body).unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(&out).unwrap();
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut frame).unwrap();
+    sluice_protocol::codec::decode_response(frame.into(), api_key, version)
+        .unwrap()
+        .1
+}
+
+#[test]
+fn the_users_and_acls_live_in_the_bucket_and_come_back_with_a_new_data_directory() {
+    use sluice_protocol::kafka_protocol::messages::*;
+    use sluice_protocol::kafka_protocol::protocol::StrBytes;
+    let minio = MinioServer::start();
+    let first = tempfile::tempdir().unwrap();
+    // A user made before the first start goes to the bucket with that start.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "user",
+            "add",
+            "admin",
+            "--mechanism",
+            "SCRAM-SHA-256",
+            "--password-stdin",
+        ])
+        .arg("--data-dir")
+        .arg(first.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, _, stderr) = finish(&mut child, b"admin-secret", common::COMMAND_TIMEOUT);
+    assert!(status.success(), "{stderr}");
+    let mut args = storage_args(&minio, "secure");
+    args.extend(
+        [
+            "--listeners",
+            "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "--sasl-mechanisms",
+            "SCRAM-SHA-256",
+            "--authorizer",
+            "acl",
+            // PLAINTEXT clients are User:ANONYMOUS: a super user here, so the raw requests
+            // below need no SASL exchange.
+            "--super-users",
+            "User:admin;User:ANONYMOUS",
+        ]
+        .map(str::to_owned),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start_with_env(first, &args, &minio.env_vars());
+    let created = kafka_call(
+        server.port,
+        ApiKey::CreateAcls,
+        3,
+        RequestKind::CreateAcls(CreateAclsRequest::default().with_creations(vec![
+            create_acls_request::AclCreation::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("orders"))
+                .with_resource_pattern_type(3)
+                .with_principal(StrBytes::from_static_str("User:alice"))
+                .with_host(StrBytes::from_static_str("*"))
+                .with_operation(3)
+                .with_permission_type(3),
+        ])),
+    );
+    let ResponseKind::CreateAcls(created) = created else {
+        panic!("{created:?}")
+    };
+    assert_eq!(created.results[0].error_code, 0, "{created:?}");
+    let (status, old_dir) = server.stop();
+    assert!(status.success());
+    drop(old_dir);
+
+    // A new, empty data directory on the same prefix: the users and ACLs come back.
+    let second = tempfile::tempdir().unwrap();
+    let server = Server::start_with_env(second, &args, &minio.env_vars());
+    let described = kafka_call(
+        server.port,
+        ApiKey::DescribeAcls,
+        3,
+        RequestKind::DescribeAcls(
+            DescribeAclsRequest::default()
+                .with_resource_type_filter(1)
+                .with_resource_name_filter(None)
+                .with_pattern_type_filter(1)
+                .with_principal_filter(None)
+                .with_host_filter(None)
+                .with_operation(1)
+                .with_permission_type(1),
+        ),
+    );
+    let ResponseKind::DescribeAcls(described) = described else {
+        panic!("{described:?}")
+    };
+    assert_eq!(described.error_code, 0);
+    assert_eq!(described.resources.len(), 1, "{described:?}");
+    assert_eq!(
+        described.resources[0].acls[0].principal.as_str(),
+        "User:alice"
+    );
+    let users = kafka_call(
+        server.port,
+        ApiKey::DescribeUserScramCredentials,
+        0,
+        RequestKind::DescribeUserScramCredentials(
+            DescribeUserScramCredentialsRequest::default().with_users(None),
+        ),
+    );
+    let ResponseKind::DescribeUserScramCredentials(users) = users else {
+        panic!("{users:?}")
+    };
+    let names: Vec<&str> = users.results.iter().map(|r| r.user.as_str()).collect();
+    assert_eq!(names, ["admin"], "{users:?}");
+    // Offline changes to this data directory would be lost to the bucket's copy: refused.
+    let (status, dir) = server.stop();
+    assert!(status.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["user", "delete", "admin"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("object-storage broker"), "{stderr}");
+}
