@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -127,4 +128,36 @@ pub trait ClusterMeta: Send + Sync + std::fmt::Debug {
     fn group_ownership(&self) -> Option<Arc<dyn sluice_groups::GroupOwnership>> {
         None
     }
+
+    /// The shared copy of the small file `name` (the SASL users, the ACLs): `(version,
+    /// contents)`, `None` before any broker stored it. The default: a store that keeps none.
+    fn shared_file(
+        &self,
+        _name: String,
+    ) -> BoxFuture<'static, Result<Option<SharedFileVersion>, ClusterError>> {
+        futures::future::ready(Err(no_shared_files())).boxed()
+    }
+
+    /// Stores `contents` as the next version of `name` if its version is still `expected`
+    /// (0: none stored yet); `Ok(false)` when another broker stored one first.
+    fn store_shared_file(
+        &self,
+        _name: String,
+        _expected: i64,
+        _contents: Vec<u8>,
+    ) -> BoxFuture<'static, Result<bool, ClusterError>> {
+        futures::future::ready(Err(no_shared_files())).boxed()
+    }
+
+    /// The version of every shared file.
+    fn shared_file_versions(&self) -> BoxFuture<'static, Result<Vec<(String, i64)>, ClusterError>> {
+        futures::future::ready(Err(no_shared_files())).boxed()
+    }
+}
+
+/// A shared file as stored: `(version, contents)`.
+pub type SharedFileVersion = (i64, Vec<u8>);
+
+fn no_shared_files() -> ClusterError {
+    ClusterError::Unavailable("this metadata store keeps no shared files".to_owned())
 }

@@ -35,6 +35,7 @@ pub mod log_limiter;
 pub mod memory;
 pub mod metrics;
 pub mod producers;
+pub mod shared_files;
 pub mod storage;
 pub mod topics;
 
@@ -97,6 +98,8 @@ pub struct Broker {
     /// Orders [`Broker::record_file`]'s read-and-record steps, so that a later read is never
     /// recorded before an earlier one.
     file_records: std::sync::Mutex<()>,
+    /// Cluster mode: the security files shared with the other brokers.
+    shared_files: shared_files::SharedFiles,
 }
 
 /// What a broker in cluster mode holds besides the single-broker parts.
@@ -229,6 +232,7 @@ impl Broker {
             cluster: None,
             authorizer: std::sync::OnceLock::new(),
             file_records: std::sync::Mutex::new(()),
+            shared_files: shared_files::SharedFiles::default(),
         })
     }
 
@@ -304,6 +308,7 @@ impl Broker {
             }),
             authorizer: std::sync::OnceLock::new(),
             file_records: std::sync::Mutex::new(()),
+            shared_files: shared_files::SharedFiles::default(),
         })
     }
 

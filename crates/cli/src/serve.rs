@@ -65,6 +65,9 @@ pub struct ServeArgs {
 /// How often the config file is checked for changed HTTP API keys.
 const KEYS_RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
+/// How often a broker in cluster mode looks for other brokers' changes to the users and ACLs.
+const SHARED_FILES_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Task polls between two checks for socket readiness on each runtime thread.
 const RUNTIME_EVENT_INTERVAL: u32 = 8;
 
@@ -210,10 +213,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .into_iter()
             .chain(authorizer.as_ref().map(|a| a.path().to_owned()))
             .filter(|path| path.exists());
-        for path in security_files {
-            let b = Arc::clone(&broker);
-            let durable = tokio::task::spawn_blocking(move || b.record_file(&path)).await?;
-            durable.await.context("recording the users and ACLs in the bucket")?;
+        if backend.is_some() {
+            for path in security_files {
+                let b = Arc::clone(&broker);
+                let durable = tokio::task::spawn_blocking(move || b.record_file(&path)).await?;
+                durable.await.context("recording the users and ACLs in the bucket")?;
+            }
+        }
+        // Cluster mode: the users and ACLs are PostgreSQL's, shared by every broker.
+        if joined.is_some() {
+            if let Some(sasl) = &sasl {
+                let users = Arc::clone(sasl.users());
+                let path = users.store().path().to_owned();
+                broker.share_file(&path, Box::new(move || users.reload()));
+            }
+            if let Some(authorizer) = &authorizer {
+                let acls = Arc::clone(authorizer);
+                broker.share_file(
+                    authorizer.path(),
+                    Box::new(move || {
+                        if let Err(e) = acls.reload() {
+                            tracing::error!(error = %e, "the shared ACLs do not load; keeping the current ones");
+                        }
+                    }),
+                );
+            }
+            broker
+                .sync_shared_files()
+                .await
+                .context("loading the users and ACLs from the metadata store")?;
         }
         if let Some(authorizer) = authorizer {
             let acls = authorizer.snapshot().len();
@@ -303,6 +331,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let tls_reload = tls.map(|tls| tokio::spawn(tls.watch(stop_rx.clone())));
         // Users added with `sluice user add` while the broker runs can log in a few
         // seconds later.
+        // Cluster mode: other brokers' changes to the users and ACLs, every second.
+        let shared_sync = joined.is_some().then(|| {
+            let (broker, mut stop) = (Arc::clone(&broker), stop_rx.clone());
+            tokio::spawn(async move {
+                let failures = sluice_broker::log_limiter::LogLimiter::new(Duration::from_secs(60));
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(SHARED_FILES_SYNC_INTERVAL) => {}
+                        _ = stop.changed() => return,
+                    }
+                    if let Err(e) = broker.sync_shared_files().await
+                        && let Some(count) = failures.hit(tokio::time::Instant::now())
+                    {
+                        tracing::warn!(error = %e, failures = count, "could not check the shared users and ACLs; retrying");
+                    }
+                }
+            })
+        });
         let users_reload = sasl
             .as_ref()
             .map(|sasl| tokio::spawn(Arc::clone(sasl.users()).watch(stop_rx.clone())));
@@ -332,6 +378,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         if let Some(tls_reload) = tls_reload {
             let _ = tls_reload.await;
+        }
+        if let Some(shared_sync) = shared_sync {
+            let _ = shared_sync.await;
         }
         if let Some(users_reload) = users_reload {
             let _ = users_reload.await;

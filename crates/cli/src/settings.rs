@@ -102,8 +102,8 @@ settings! {
         /// SASL_PLAINTEXT and SASL_SSL listeners: the mechanisms clients may use,
         /// comma-separated, of SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN. Users are kept in
         /// DATA_DIR/security/users.json (`sluice user add`, or kafka-configs --alter
-        /// --entity-type users); with --storage they are kept in the bucket too. Not yet in
-        /// cluster mode (--metadata) [default: none]
+        /// --entity-type users); with --storage they are kept in the bucket too, and with
+        /// --metadata in PostgreSQL, shared by every broker [default: none]
         #[arg(long, env = "SLUICE_SASL_MECHANISMS")]
         sasl_mechanisms: String,
         /// Allow PLAIN on a SASL_PLAINTEXT listener, where the password crosses the network
@@ -113,8 +113,8 @@ settings! {
         /// Check every Kafka request against ACLs: "acl" turns the checks on, "none" leaves
         /// them off. With "acl", a principal no ACL allows may do nothing (super users aside);
         /// ACLs are managed with kafka-acls or AdminClient and kept in
-        /// DATA_DIR/security/acls.json (with --storage, in the bucket too). Not yet in
-        /// cluster mode (--metadata). See
+        /// DATA_DIR/security/acls.json (with --storage in the bucket too; with --metadata in
+        /// PostgreSQL, shared by every broker). See
         /// docs/security.md [default: none]
         #[arg(long, env = "SLUICE_AUTHORIZER")]
         authorizer: String,
@@ -402,18 +402,8 @@ impl Settings {
                 "retention_check_interval_ms must be between 100 and 86400000 (a day), not {retention_check_interval_ms}"
             );
         }
-        let cluster = storage.as_ref().is_some_and(|s| s.metadata.is_some());
-        if cluster && sasl.is_some() {
-            bail!(
-                "--sasl-mechanisms is not yet available in cluster mode (--metadata): the SASL users are not shared through PostgreSQL in this version; use SSL with client certificates there"
-            );
-        }
+
         let authorizer = self.authorizer()?;
-        if cluster && authorizer.is_some() {
-            bail!(
-                "--authorizer is not yet available in cluster mode (--metadata): the ACLs are not shared through PostgreSQL in this version"
-            );
-        }
         if storage.as_ref().is_some_and(|s| s.metadata.is_some()) && listeners.len() > 1 {
             bail!(
                 "cluster mode (--metadata) takes one Kafka listener: each broker registers one address, which every broker lists; give --listeners one entry"
@@ -1088,16 +1078,6 @@ mod tests {
             ),
             (
                 Settings {
-                    listeners: Some("SASL_PLAINTEXT://127.0.0.1:9094".to_owned()),
-                    sasl_mechanisms: Some("SCRAM-SHA-512".to_owned()),
-                    storage: Some("s3://bucket/prefix".to_owned()),
-                    metadata: Some("postgres://sluice@127.0.0.1/sluice".to_owned()),
-                    ..base()
-                },
-                "--sasl-mechanisms is not yet available in cluster mode",
-            ),
-            (
-                Settings {
                     listeners: Some("SSL://127.0.0.1:9093".to_owned()),
                     ..base()
                 },
@@ -1238,15 +1218,6 @@ mod tests {
                     ..Settings::default()
                 },
                 "invalid super_users",
-            ),
-            (
-                Settings {
-                    authorizer: Some("acl".to_owned()),
-                    storage: Some("s3://bucket".to_owned()),
-                    metadata: Some("postgres://sluice@127.0.0.1/sluice".to_owned()),
-                    ..Settings::default()
-                },
-                "--authorizer is not yet available in cluster mode",
             ),
             (
                 Settings {

@@ -613,3 +613,180 @@ fn a_topic_created_through_one_broker_can_be_altered_through_another_at_once() {
         assert!(described.contains("retention.ms"), "{described}");
     }
 }
+
+/// An ACL request body: `(resource name, principal)` on a literal topic, READ, ALLOW.
+fn acl_creation(
+    topic: &str,
+    principal: &str,
+) -> sluice_protocol::kafka_protocol::messages::create_acls_request::AclCreation {
+    use sluice_protocol::kafka_protocol::protocol::StrBytes;
+    sluice_protocol::kafka_protocol::messages::create_acls_request::AclCreation::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_string(topic.to_owned()))
+        .with_resource_pattern_type(3)
+        .with_principal(StrBytes::from_string(principal.to_owned()))
+        .with_host(StrBytes::from_static_str("*"))
+        .with_operation(3)
+        .with_permission_type(3)
+}
+
+/// The principals of every ACL `server` describes, sorted.
+fn acl_principals(server: &Server) -> Vec<String> {
+    use sluice_protocol::kafka_protocol::messages::*;
+    let described = common::kafka_call(
+        server.port,
+        ApiKey::DescribeAcls,
+        3,
+        RequestKind::DescribeAcls(
+            DescribeAclsRequest::default()
+                .with_resource_type_filter(1)
+                .with_resource_name_filter(None)
+                .with_pattern_type_filter(1)
+                .with_principal_filter(None)
+                .with_host_filter(None)
+                .with_operation(1)
+                .with_permission_type(1),
+        ),
+    );
+    let ResponseKind::DescribeAcls(described) = described else {
+        panic!("{described:?}")
+    };
+    assert_eq!(described.error_code, 0, "{described:?}");
+    let mut principals: Vec<String> = described
+        .resources
+        .iter()
+        .flat_map(|r| r.acls.iter().map(|a| a.principal.to_string()))
+        .collect();
+    principals.sort();
+    principals
+}
+
+fn create_acl(server: &Server, topic: &str, principal: &str) {
+    use sluice_protocol::kafka_protocol::messages::*;
+    let created = common::kafka_call(
+        server.port,
+        ApiKey::CreateAcls,
+        3,
+        RequestKind::CreateAcls(
+            CreateAclsRequest::default().with_creations(vec![acl_creation(topic, principal)]),
+        ),
+    );
+    let ResponseKind::CreateAcls(created) = created else {
+        panic!("{created:?}")
+    };
+    assert_eq!(created.results[0].error_code, 0, "{created:?}");
+}
+
+#[test]
+fn acls_made_through_one_broker_hold_on_every_broker() {
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let start_secured = || {
+        let mut args = cluster_args(&minio, "acls", &pg.url());
+        // PLAINTEXT clients are User:ANONYMOUS, a super user here: the raw requests below
+        // need no SASL exchange.
+        args.extend(["--authorizer", "acl", "--super-users", "User:ANONYMOUS"].map(str::to_owned));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start_with_env(tempfile::tempdir().unwrap(), &args, &minio.env_vars())
+    };
+    let a = start_secured();
+    let b = start_secured();
+    create_acl(&a, "orders", "User:alice");
+    eventually(Duration::from_secs(10), "alice's ACL on broker B", || {
+        acl_principals(&b) == ["User:alice"]
+    });
+    // Changes through both brokers at once: neither is lost.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..5 {
+                create_acl(&a, &format!("a-{i}"), "User:bob");
+            }
+        });
+        s.spawn(|| {
+            for i in 0..5 {
+                create_acl(&b, &format!("b-{i}"), "User:carol");
+            }
+        });
+    });
+    let want: Vec<String> = std::iter::once("User:alice".to_owned())
+        .chain(std::iter::repeat_n("User:bob".to_owned(), 5))
+        .chain(std::iter::repeat_n("User:carol".to_owned(), 5))
+        .collect();
+    for server in [&a, &b] {
+        eventually(Duration::from_secs(10), "all eleven ACLs", || {
+            acl_principals(server) == want
+        });
+    }
+    // A new broker with an empty data directory gets them at once.
+    let c = start_secured();
+    assert_eq!(acl_principals(&c), want);
+}
+
+#[test]
+fn a_user_added_before_one_brokers_first_start_logs_in_through_another() {
+    if !common::have_kcat() {
+        eprintln!("kcat not installed: skipped");
+        return;
+    }
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let start_sasl = |dir: tempfile::TempDir| {
+        let mut args = cluster_args(&minio, "users", &pg.url());
+        args.extend(
+            [
+                "--listeners",
+                "SASL_PLAINTEXT://127.0.0.1:0",
+                "--sasl-mechanisms",
+                "SCRAM-SHA-256",
+            ]
+            .map(str::to_owned),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start_with_env(dir, &args, &minio.env_vars())
+    };
+    let first = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "user",
+            "add",
+            "alice",
+            "--mechanism",
+            "SCRAM-SHA-256",
+            "--password-stdin",
+        ])
+        .arg("--data-dir")
+        .arg(first.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, _, stderr) = common::finish(&mut child, b"alice-pw", common::COMMAND_TIMEOUT);
+    assert!(status.success(), "{stderr}");
+    let _a = start_sasl(first);
+    let b = start_sasl(tempfile::tempdir().unwrap());
+    let args = [
+        "-b".to_owned(),
+        format!("127.0.0.1:{}", b.port),
+        "-X".to_owned(),
+        "security.protocol=sasl_plaintext".to_owned(),
+        "-X".to_owned(),
+        "sasl.mechanisms=SCRAM-SHA-256".to_owned(),
+        "-X".to_owned(),
+        "sasl.username=alice".to_owned(),
+        "-X".to_owned(),
+        "sasl.password=alice-pw".to_owned(),
+        "-L".to_owned(),
+    ];
+    let out = std::process::Command::new("kcat")
+        .args(&args)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("brokers"));
+}

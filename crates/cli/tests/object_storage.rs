@@ -349,30 +349,6 @@ fn the_put_timeout_gives_up_an_object_after_that_long() {
     assert_eq!(ready.status(), 200);
 }
 
-/// Sends one request on a fresh connection to `port` and decodes its answer.
-fn kafka_call(
-    port: u16,
-    api_key: sluice_protocol::kafka_protocol::messages::ApiKey,
-    version: i16,
-    body: sluice_protocol::kafka_protocol::messages::RequestKind,
-) -> sluice_protocol::kafka_protocol::messages::ResponseKind {
-    use std::io::{Read, Write};
-    let mut out = bytes::BytesMut::new();
-    sluice_protocol::codec::encode_request(&mut out, api_key, version, 1, "test", &body).unwrap();
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream.write_all(&out).unwrap();
-    let mut size = [0u8; 4];
-    stream.read_exact(&mut size).unwrap();
-    let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-    stream.read_exact(&mut frame).unwrap();
-    sluice_protocol::codec::decode_response(frame.into(), api_key, version)
-        .unwrap()
-        .1
-}
-
 #[test]
 fn the_users_and_acls_live_in_the_bucket_and_come_back_with_a_new_data_directory() {
     use sluice_protocol::kafka_protocol::messages::*;
@@ -416,7 +392,7 @@ fn the_users_and_acls_live_in_the_bucket_and_come_back_with_a_new_data_directory
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Server::start_with_env(first, &args, &minio.env_vars());
-    let created = kafka_call(
+    let created = common::kafka_call(
         server.port,
         ApiKey::CreateAcls,
         3,
@@ -442,7 +418,7 @@ fn the_users_and_acls_live_in_the_bucket_and_come_back_with_a_new_data_directory
     // A new, empty data directory on the same prefix: the users and ACLs come back.
     let second = tempfile::tempdir().unwrap();
     let server = Server::start_with_env(second, &args, &minio.env_vars());
-    let described = kafka_call(
+    let described = common::kafka_call(
         server.port,
         ApiKey::DescribeAcls,
         3,
@@ -466,7 +442,7 @@ fn the_users_and_acls_live_in_the_bucket_and_come_back_with_a_new_data_directory
         described.resources[0].acls[0].principal.as_str(),
         "User:alice"
     );
-    let users = kafka_call(
+    let users = common::kafka_call(
         server.port,
         ApiKey::DescribeUserScramCredentials,
         0,

@@ -59,6 +59,7 @@ pub mod meta;
 pub mod migrate;
 pub mod registry;
 pub mod retention;
+pub mod shared_files;
 pub mod store;
 pub mod url;
 

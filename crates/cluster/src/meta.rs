@@ -260,6 +260,45 @@ impl ClusterMeta for PgCluster {
         Some(Arc::clone(&self.groups) as Arc<dyn sluice_groups::GroupOwnership>)
     }
 
+    fn shared_file(
+        &self,
+        name: String,
+    ) -> BoxFuture<'static, Result<Option<sluice_broker::cluster::SharedFileVersion>, ClusterError>>
+    {
+        let db = self.db.clone();
+        async move {
+            crate::shared_files::load(&db, &name)
+                .await
+                .map_err(|e| ClusterError::Unavailable(e.to_string()))
+        }
+        .boxed()
+    }
+
+    fn store_shared_file(
+        &self,
+        name: String,
+        expected: i64,
+        contents: Vec<u8>,
+    ) -> BoxFuture<'static, Result<bool, ClusterError>> {
+        let db = self.db.clone();
+        async move {
+            crate::shared_files::store(&db, &name, expected, &contents)
+                .await
+                .map_err(|e| ClusterError::Unavailable(e.to_string()))
+        }
+        .boxed()
+    }
+
+    fn shared_file_versions(&self) -> BoxFuture<'static, Result<Vec<(String, i64)>, ClusterError>> {
+        let db = self.db.clone();
+        async move {
+            crate::shared_files::versions(&db)
+                .await
+                .map_err(|e| ClusterError::Unavailable(e.to_string()))
+        }
+        .boxed()
+    }
+
     fn find_coordinator(&self, group: String) -> BoxFuture<'static, Result<i32, ClusterError>> {
         let db = self.db.clone();
         let live = self.live_ids();

@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "retention",
         sql: include_str!("../migrations/0005_retention.sql"),
     },
+    Migration {
+        version: 6,
+        name: "shared_files",
+        sql: include_str!("../migrations/0006_shared_files.sql"),
+    },
 ];
 
 /// The advisory lock migrations hold ("sluice" in ASCII).

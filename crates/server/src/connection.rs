@@ -36,6 +36,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_broker::memory::{Ask, Class, Reservation};
+use sluice_broker::shared_files::Changed;
 use sluice_broker::{Broker, Caller, Response};
 use sluice_protocol::codec::{self, DecodeError};
 use sluice_protocol::frame;
@@ -583,25 +584,33 @@ impl Connection {
                         {
                             // The user file is rewritten and fsynced: off the async threads.
                             // In object-storage mode the user file then goes to the bucket
-                            // with the rest of the metadata before the answer.
+                            // with the rest of the metadata before the answer; in cluster mode
+                            // to PostgreSQL, for every broker.
+                            let names: Vec<_> = req
+                                .deletions
+                                .iter()
+                                .map(|d| d.name.clone())
+                                .chain(req.upsertions.iter().map(|u| u.name.clone()))
+                                .collect();
                             let (users, req) = (Arc::clone(users), req.clone());
-                            let broker = Arc::clone(&self.broker);
+                            let path = users.store().path().to_owned();
+                            let change = Arc::new(move || {
+                                let response = scram_admin::alter(&users, &req);
+                                let changed = response.results.iter().any(|r| r.error_code == 0);
+                                (response, changed)
+                            });
+                            let changing = self.broker.change_security_file(&path, change);
                             async move {
-                                let (mut response, durable) =
-                                    tokio::task::spawn_blocking(move || {
-                                        let response = scram_admin::alter(&users, &req);
-                                        let changed =
-                                            response.results.iter().any(|r| r.error_code == 0);
-                                        let path = users.store().path().to_owned();
-                                        (response, changed.then(|| broker.record_file(&path)))
-                                    })
-                                    .await
-                                    .ok()?;
-                                if let Some(durable) = durable
-                                    && let Err(e) = durable.await
-                                {
-                                    scram_admin::not_durable(&mut response, &e.to_string());
-                                }
+                                let response = match changing.await {
+                                    Changed::Durable(response) => response,
+                                    Changed::NotDurable(mut response, reason) => {
+                                        scram_admin::not_durable(&mut response, &reason);
+                                        response
+                                    }
+                                    Changed::NotMade(reason) => {
+                                        scram_admin::not_made(names, &reason)
+                                    }
+                                };
                                 Some(Response {
                                     body: ResponseKind::AlterUserScramCredentials(response),
                                     memory: None,

@@ -125,10 +125,20 @@ impl Users {
     /// Reads the file again if it changed since the last read; a file that does not load is
     /// logged and the current users stay.
     pub fn reload_if_changed(&self) {
+        self.reload_when(false);
+    }
+
+    /// Reads the user file again now, changed or not (cluster mode, after another broker's
+    /// change was written into it: two writes may share a modification time).
+    pub fn reload(&self) {
+        self.reload_when(true);
+    }
+
+    fn reload_when(&self, forced: bool) {
         let path = self.store().path().to_owned();
         let now = stamp(&path);
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if *seen == now {
+        if *seen == now && !forced {
             return;
         }
         *seen = now;

@@ -216,6 +216,27 @@ pub fn alter(
     AlterUserScramCredentialsResponse::default().with_results(results)
 }
 
+/// The answer to an AlterUserScramCredentials whose change could not be made (cluster mode:
+/// the shared user file could not be read): REQUEST_TIMED_OUT, retriable, for each user named.
+pub fn not_made(users: Vec<StrBytes>, reason: &str) -> AlterUserScramCredentialsResponse {
+    tracing::error!(error = %reason, "SCRAM credential change not made");
+    let unique: std::collections::BTreeSet<StrBytes> = users.into_iter().collect();
+    let results = unique
+        .into_iter()
+        .map(|user| {
+            AlterUserScramCredentialsResult::default()
+                .with_user(user)
+                .with_error_code(
+                    sluice_protocol::kafka_protocol::ResponseError::RequestTimedOut.code(),
+                )
+                .with_error_message(Some(StrBytes::from_string(format!(
+                    "the credentials were not changed: {reason}"
+                ))))
+        })
+        .collect();
+    AlterUserScramCredentialsResponse::default().with_results(results)
+}
+
 /// Turns each success of an AlterUserScramCredentials answer into KAFKA_STORAGE_ERROR: the
 /// change is in the local user file but could not be made durable in the metadata journal
 /// (object-storage mode); it is recorded again with the next change.

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::create_acls_response::AclCreationResult;
 use sluice_protocol::kafka_protocol::messages::delete_acls_response::{
@@ -34,11 +33,12 @@ use sluice_security::{
 
 use super::{Answer, str_bytes};
 use crate::Broker;
-use crate::storage::StorageError;
+use crate::shared_files::Changed;
 
 const SECURITY_DISABLED: i16 = ResponseError::SecurityDisabled.code();
 const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
 const KAFKA_STORAGE_ERROR: i16 = ResponseError::KafkaStorageError.code();
+const REQUEST_TIMED_OUT: i16 = ResponseError::RequestTimedOut.code();
 const NO_AUTHORIZER: &str =
     "no authorizer is configured on this broker (sluice serve --authorizer acl)";
 
@@ -112,8 +112,9 @@ pub fn create(broker: &Arc<Broker>, req: CreateAclsRequest) -> Answer {
         ));
     };
     let bindings: Vec<AclBinding> = req.creations.iter().map(binding).collect();
-    let broker = Arc::clone(broker);
-    blocking(broker, move |broker| {
+    let count = bindings.len();
+    let path = authorizer.path().to_owned();
+    let change = move || {
         let results: Vec<AclCreationResult> = match authorizer.create(&bindings) {
             Ok(results) => results
                 .into_iter()
@@ -141,12 +142,23 @@ pub fn create(broker: &Arc<Broker>, req: CreateAclsRequest) -> Answer {
             }
         };
         let changed = results.iter().any(|r| r.error_code == 0);
-        let durable = changed.then(|| broker.record_file(authorizer.path()));
         (
             ResponseKind::CreateAcls(CreateAclsResponse::default().with_results(results)),
-            durable,
+            changed,
         )
-    })
+    };
+    let not_made = move |reason: String| {
+        let message = Some(str_bytes(format!("the ACLs were not changed: {reason}")));
+        let results = (0..count)
+            .map(|_| {
+                AclCreationResult::default()
+                    .with_error_code(REQUEST_TIMED_OUT)
+                    .with_error_message(message.clone())
+            })
+            .collect();
+        ResponseKind::CreateAcls(CreateAclsResponse::default().with_results(results))
+    };
+    apply(broker, &path, Arc::new(change), not_made)
 }
 
 pub fn describe(broker: &Broker, req: DescribeAclsRequest) -> Answer {
@@ -205,8 +217,9 @@ pub fn delete(broker: &Arc<Broker>, req: DeleteAclsRequest) -> Answer {
             )
         })
         .collect();
-    let broker = Arc::clone(broker);
-    blocking(broker, move |broker| {
+    let count = filters.len();
+    let path = authorizer.path().to_owned();
+    let change = move || {
         let results: Vec<DeleteAclsFilterResult> = match authorizer.delete(&filters) {
             Ok(results) => results
                 .into_iter()
@@ -238,12 +251,23 @@ pub fn delete(broker: &Arc<Broker>, req: DeleteAclsRequest) -> Answer {
             }
         };
         let changed = results.iter().any(|r| !r.matching_acls.is_empty());
-        let durable = changed.then(|| broker.record_file(authorizer.path()));
         (
             ResponseKind::DeleteAcls(DeleteAclsResponse::default().with_filter_results(results)),
-            durable,
+            changed,
         )
-    })
+    };
+    let not_made = move |reason: String| {
+        let message = Some(str_bytes(format!("the ACLs were not changed: {reason}")));
+        let results = (0..count)
+            .map(|_| {
+                DeleteAclsFilterResult::default()
+                    .with_error_code(REQUEST_TIMED_OUT)
+                    .with_error_message(message.clone())
+            })
+            .collect();
+        ResponseKind::DeleteAcls(DeleteAclsResponse::default().with_filter_results(results))
+    };
+    apply(broker, &path, Arc::new(change), not_made)
 }
 
 /// DescribeAcls groups the entries by resource pattern.
@@ -304,43 +328,44 @@ fn ready(response: ResponseKind) -> Answer {
     futures::future::ready(Some(response)).boxed()
 }
 
-/// What an ACL write gives: the response, and the future of the change's durability in the
-/// metadata journal when something changed.
-type Written = (
-    ResponseKind,
-    Option<BoxFuture<'static, Result<(), StorageError>>>,
-);
-
-/// Runs an ACL file write on the blocking pool, then waits for it to be durable in the
-/// metadata journal; if it cannot be made so, each success becomes KAFKA_STORAGE_ERROR.
-fn blocking(broker: Arc<Broker>, f: impl FnOnce(&Broker) -> Written + Send + 'static) -> Answer {
+/// Runs an ACL file change and makes it durable as the storage mode keeps metadata
+/// (`Broker::change_security_file`); a change made but not durable turns each success into
+/// KAFKA_STORAGE_ERROR, one not made answers `not_made` (a retriable error per item).
+fn apply(
+    broker: &Arc<Broker>,
+    path: &std::path::Path,
+    change: crate::shared_files::Change<ResponseKind>,
+    not_made: impl FnOnce(String) -> ResponseKind + Send + 'static,
+) -> Answer {
+    let changing = broker.change_security_file(path, change);
     async move {
-        let (mut response, durable) = tokio::task::spawn_blocking(move || f(&broker))
-            .await
-            .ok()?;
-        if let Some(durable) = durable
-            && let Err(e) = durable.await
-        {
-            tracing::error!(error = %e, "ACL change not recorded in the metadata journal");
-            let message = Some(str_bytes(format!(
-                "the ACL change is made on this broker but could not be made durable in storage: {e}"
-            )));
-            let failed = |code: &mut i16, text: &mut Option<StrBytes>| {
-                if *code == 0 {
-                    (*code, *text) = (KAFKA_STORAGE_ERROR, message.clone());
-                }
-            };
-            match &mut response {
-                ResponseKind::CreateAcls(r) => r
-                    .results
-                    .iter_mut()
-                    .for_each(|r| failed(&mut r.error_code, &mut r.error_message)),
-                ResponseKind::DeleteAcls(r) => r
-                    .filter_results
-                    .iter_mut()
-                    .for_each(|r| failed(&mut r.error_code, &mut r.error_message)),
-                _ => {}
+        let (mut response, reason) = match changing.await {
+            Changed::Durable(response) => return Some(response),
+            Changed::NotMade(reason) => {
+                tracing::error!(error = %reason, "ACL change not made");
+                return Some(not_made(reason));
             }
+            Changed::NotDurable(response, reason) => (response, reason),
+        };
+        tracing::error!(error = %reason, "ACL change not durable beyond this broker");
+        let message = Some(str_bytes(format!(
+            "the ACL change is made on this broker but could not be made durable in storage: {reason}"
+        )));
+        let failed = |code: &mut i16, text: &mut Option<StrBytes>| {
+            if *code == 0 {
+                (*code, *text) = (KAFKA_STORAGE_ERROR, message.clone());
+            }
+        };
+        match &mut response {
+            ResponseKind::CreateAcls(r) => r
+                .results
+                .iter_mut()
+                .for_each(|r| failed(&mut r.error_code, &mut r.error_message)),
+            ResponseKind::DeleteAcls(r) => r
+                .filter_results
+                .iter_mut()
+                .for_each(|r| failed(&mut r.error_code, &mut r.error_message)),
+            _ => {}
         }
         Some(response)
     }

@@ -317,3 +317,27 @@ pub fn serve_fails(args: &[String], env: &[(&str, String)]) -> String {
     assert_eq!(errors.len(), 1, "one error line expected:\n{stderr}");
     errors[0].to_owned()
 }
+
+/// Sends one request on a fresh connection to `port` and decodes its answer.
+pub fn kafka_call(
+    port: u16,
+    api_key: sluice_protocol::kafka_protocol::messages::ApiKey,
+    version: i16,
+    body: sluice_protocol::kafka_protocol::messages::RequestKind,
+) -> sluice_protocol::kafka_protocol::messages::ResponseKind {
+    use std::io::{Read, Write};
+    let mut out = bytes::BytesMut::new();
+    sluice_protocol::codec::encode_request(&mut out, api_key, version, 1, "test", &body).unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(&out).unwrap();
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut frame).unwrap();
+    sluice_protocol::codec::decode_response(frame.into(), api_key, version)
+        .unwrap()
+        .1
+}

@@ -236,6 +236,32 @@ fn same_address(a: &str, b: &str) -> bool {
         )
 }
 
+/// The ACLs `path` holds (none when it does not exist).
+fn load_index(path: &Path) -> Result<AclIndex, SecurityError> {
+    let path = path.to_path_buf();
+    let index = match load_json::<AclsFile>(&path)? {
+        None => AclIndex::default(),
+        Some(file) => {
+            if file.version != FORMAT_VERSION {
+                return Err(SecurityError::InvalidStore {
+                    path,
+                    reason: format!(
+                        "format version {} is not supported (expected {FORMAT_VERSION})",
+                        file.version
+                    ),
+                });
+            }
+            AclIndex::from_bindings(file.acls.into_iter().map(AclBinding::from)).map_err(|e| {
+                SecurityError::InvalidStore {
+                    path: path.clone(),
+                    reason: format!("invalid ACL: {e}"),
+                }
+            })?
+        }
+    };
+    Ok(index)
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AclsFile {
@@ -296,32 +322,27 @@ impl Authorizer {
         super_users: impl IntoIterator<Item = Principal>,
     ) -> Result<Self, SecurityError> {
         let path = security_dir(data_dir)?.join(ACLS_FILE);
-        let index = match load_json::<AclsFile>(&path)? {
-            None => AclIndex::default(),
-            Some(file) => {
-                if file.version != FORMAT_VERSION {
-                    return Err(SecurityError::InvalidStore {
-                        path,
-                        reason: format!(
-                            "format version {} is not supported (expected {FORMAT_VERSION})",
-                            file.version
-                        ),
-                    });
-                }
-                AclIndex::from_bindings(file.acls.into_iter().map(AclBinding::from)).map_err(
-                    |e| SecurityError::InvalidStore {
-                        path: path.clone(),
-                        reason: format!("invalid ACL: {e}"),
-                    },
-                )?
-            }
-        };
+        let index = load_index(&path)?;
         Ok(Authorizer {
             path,
             super_users: super_users.into_iter().collect(),
             snapshot: RwLock::new(Arc::new(index)),
             writer: Mutex::new(()),
         })
+    }
+
+    /// Reads the ACL file again and enforces what it holds from now on (cluster mode, after
+    /// another broker's change was written into it). A file that does not load is an error,
+    /// and the current ACLs stay.
+    pub fn reload(&self) -> Result<usize, SecurityError> {
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let index = load_index(&self.path)?;
+        let count = index.len();
+        *self
+            .snapshot
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(index);
+        Ok(count)
     }
 
     /// The file the ACLs live in.
