@@ -702,8 +702,19 @@ class SluiceBroker:
 
     target = "sluice"
 
-    def __init__(self, kafka_addr: str = "127.0.0.1:0", log_name: str = "sluice-serve.log", storage: str | None = None):
+    def __init__(
+        self,
+        kafka_addr: str = "127.0.0.1:0",
+        log_name: str = "sluice-serve.log",
+        storage: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        extra_env: dict | None = None,
+    ):
         self.kafka_addr = kafka_addr
+        # More `serve` arguments, after the suite's own, and environment (test_security.py:
+        # listeners, TLS, SASL, ACLs; SLUICE_LOG).
+        self.extra_args = list(extra_args)
+        self.extra_env = dict(extra_env or {})
         self.storage = storage or STORAGE
         self.storage_url: str | None = None  # s3://BUCKET/compat once started in object mode
         self.metadata_url: str | None = None  # postgres://... in cluster mode (set by SluiceCluster)
@@ -771,6 +782,8 @@ class SluiceBroker:
             assert self.storage_url and self.metadata_url, "a cluster broker is started by its SluiceCluster"
             cmd += ["--storage", self.storage_url, "--metadata", self.metadata_url, "--object-linger-ms", str(OBJECT_LINGER_MS)]
             env.update(session_minio().env())
+        cmd += self.extra_args
+        env.update(self.extra_env)
         # The HTTP API may come later than the Kafka listener; pass its flag once serve has it.
         try:
             usage = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30)
