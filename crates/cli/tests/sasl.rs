@@ -490,19 +490,9 @@ fn bad_sasl_settings_stop_the_start_with_one_line() {
         line.contains("a SASL_SSL listener needs --tls-cert and --tls-key"),
         "{line}"
     );
-    let line = serve_fails(
-        &args(&[
-            "--listeners",
-            "SASL_PLAINTEXT://127.0.0.1:0",
-            "--sasl-mechanisms",
-            "SCRAM-SHA-256",
-            "--storage",
-            "s3://bucket/prefix",
-        ]),
-        &[],
-    );
+    let line = serve_fails(&args(&["--super-users", "User:admin"]), &[]);
     assert!(
-        line.contains("--sasl-mechanisms is for local-disk mode in this version"),
+        line.contains("--super-users needs --authorizer acl"),
         "{line}"
     );
 }
