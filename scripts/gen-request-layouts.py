@@ -28,7 +28,7 @@ APIS = [
     "LeaveGroup", "OffsetCommit", "OffsetFetch", "OffsetDelete", "ListGroups", "DescribeGroups",
     "DeleteGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "SaslHandshake",
     "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
-    "CreateAcls", "DescribeAcls", "DeleteAcls",
+    "CreateAcls", "DescribeAcls", "DeleteAcls", "DescribeClientQuotas",
 ]
 
 PRIMS = {

@@ -851,9 +851,6 @@ def test_acl_kafka_acls_tool(env, acl):
                "alice's reads refused once kafka-acls --remove took READ away")
 
 
-@pytest.mark.xfail(reason="kafka-configs --describe --entity-type users also asks for the users' client quotas "
-                   "(DescribeClientQuotas), which Sluice does not serve: 'The node does not support "
-                   "DESCRIBE_CLIENT_QUOTAS' (a known gap, docs/security.md)", strict=False)
 def test_kafka_configs_describes_scram_user(env, secure):
     """kafka-configs --describe --entity-type users lists a user's SCRAM credential (SASL only),
     as against Apache Kafka."""

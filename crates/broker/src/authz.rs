@@ -18,8 +18,8 @@
 //! heartbeat, leave, commit; and READ on each committed topic), DESCRIBE (find, describe,
 //! fetch offsets) or DELETE on the group; InitProducerId IDEMPOTENT_WRITE on the cluster or
 //! WRITE on some topic (WRITE on the transactional id when it has one); the ACL APIs
-//! DESCRIBE or ALTER on the cluster. ApiVersions, SaslHandshake, SaslAuthenticate and
-//! DescribeCluster need nothing.
+//! DESCRIBE or ALTER on the cluster, DescribeClientQuotas DESCRIBE_CONFIGS on it. ApiVersions,
+//! SaslHandshake, SaslAuthenticate and DescribeCluster need nothing.
 
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::*;
@@ -662,6 +662,16 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
                     }
                 }),
             )
+        }
+        Rq::DescribeClientQuotas(req) => {
+            if s.may_cluster(Op::DescribeConfigs) {
+                return Gate::Pass(Rq::DescribeClientQuotas(req), None);
+            }
+            Gate::Answer(ResponseKind::DescribeClientQuotas(
+                DescribeClientQuotasResponse::default()
+                    .with_error_code(CLUSTER_DENIED)
+                    .with_error_message(denied_message("DESCRIBE_CONFIGS on the cluster")),
+            ))
         }
         Rq::CreateAcls(req) => {
             if s.may_cluster(Op::Alter) {

@@ -820,6 +820,11 @@ impl Broker {
                 ))
             }
             .boxed(),
+            // Sluice enforces no client quotas: there are none to describe.
+            RequestKind::DescribeClientQuotas(_) => ready(ResponseKind::DescribeClientQuotas(
+                sluice_protocol::kafka_protocol::messages::DescribeClientQuotasResponse::default()
+                    .with_entries(Some(Vec::new())),
+            )),
             RequestKind::CreateAcls(req) => handlers::acls::create(self, req),
             RequestKind::DescribeAcls(req) => handlers::acls::describe(self, req),
             RequestKind::DeleteAcls(req) => handlers::acls::delete(self, req),

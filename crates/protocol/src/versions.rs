@@ -44,6 +44,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    // No quotas: answered with none, so `kafka-configs --describe` of users and clients works.
+    (ApiKey::DescribeClientQuotas, 0, 1),
 ];
 
 /// The supported version range of `api`, if Sluice implements it.

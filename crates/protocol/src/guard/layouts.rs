@@ -11,7 +11,7 @@
 // ListGroups 0-5; DescribeGroups 0-5; DeleteGroups 0-2; ConsumerGroupHeartbeat 0-1;
 // ConsumerGroupDescribe 0-0; SaslHandshake 0-1; SaslAuthenticate 0-2;
 // DescribeUserScramCredentials 0-0; AlterUserScramCredentials 0-0; CreateAcls 0-3;
-// DescribeAcls 0-3; DeleteAcls 0-3;
+// DescribeAcls 0-3; DeleteAcls 0-3; DescribeClientQuotas 0-1;
 
 use super::layout::Prim::*;
 use super::layout::{Elem, Field, MAX, Message, Struct, Ty, V};
@@ -954,6 +954,29 @@ static DELETE_ACLS_REQUEST_FIELDS: Struct = Struct {
     )],
 };
 
+static DESCRIBE_CLIENT_QUOTAS_REQUEST_COMPONENT_DATA: Struct = Struct {
+    name: "ComponentData",
+    fields: &[
+        Field::new("entity_type", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("match_type", Ty::One(Elem::Prim(Int8)), V(0, MAX)),
+        Field::new("match", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+    ],
+};
+
+static DESCRIBE_CLIENT_QUOTAS_REQUEST_FIELDS: Struct = Struct {
+    name: "DescribeClientQuotasRequest",
+    fields: &[
+        Field::new(
+            "components",
+            Ty::Array(Elem::Struct(&DESCRIBE_CLIENT_QUOTAS_REQUEST_COMPONENT_DATA)),
+            V(0, MAX),
+        ),
+        Field::new("strict", Ty::One(Elem::Prim(Bool)), V(0, MAX)),
+    ],
+};
+
+/// The request header (versions 1 and 2; version 0 is used by no supported API).
+
 /// The request header (versions 1 and 2; version 0 is used by no supported API).
 pub(crate) static REQUEST_HEADER: Message = Message {
     api_key: -1,
@@ -1127,5 +1150,10 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 31,
         flexible: V(2, MAX),
         body: &DELETE_ACLS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 48,
+        flexible: V(1, MAX),
+        body: &DESCRIBE_CLIENT_QUOTAS_REQUEST_FIELDS,
     },
 ];

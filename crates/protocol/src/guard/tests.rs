@@ -110,6 +110,7 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::CreateAcls => RequestKind::CreateAcls(Default::default()),
         ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
         ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
+        ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
         other => panic!("no default body for {other:?}: add it with the API to SUPPORTED"),
     }
 }
