@@ -976,8 +976,6 @@ static DESCRIBE_CLIENT_QUOTAS_REQUEST_FIELDS: Struct = Struct {
 };
 
 /// The request header (versions 1 and 2; version 0 is used by no supported API).
-
-/// The request header (versions 1 and 2; version 0 is used by no supported API).
 pub(crate) static REQUEST_HEADER: Message = Message {
     api_key: -1,
     flexible: V(2, MAX),
