@@ -65,6 +65,7 @@ def numbers(case, run):
             "consume_rps": run["consume_rps"],
             "consume_mbps": run["consume_mbps"],
             "consume_broker_cpu": per_m(d.get("drain_broker_cpu_s"), t["consumed_records"]),
+            "consume_client_cpu": per_m(d.get("drain_generator_cpu_s"), t["consumed_records"]),
             "fill_rps": run["produce_rps"],
             "fill_broker_cpu": per_m(d.get("fill_broker_cpu_s"), d["backlog_records"]),
             "drain_s": d["drain_s"],
@@ -139,6 +140,7 @@ def main():
         ("consume rec/s", "consume_rps"),
         ("consume MB/s", "consume_mbps"),
         ("broker CPU s/M consumed", "consume_broker_cpu"),
+        ("client CPU s/M consumed", "consume_client_cpu"),
         ("ack p99 ms at 20 MB/s", "ack_p99"),
         ("e2e p99 ms at 20 MB/s", "e2e_p99"),
     ]

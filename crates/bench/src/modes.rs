@@ -622,6 +622,7 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
         });
         let fill_s = fill_start.elapsed().as_secs_f64();
         let broker1 = broker_cpu.seconds();
+        let cpu1 = fleet.cpu_s();
         let backlog = fleet.acked();
         let backlog_bytes = backlog * w.record_size as u64;
         drop(ticker);
@@ -636,6 +637,7 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
         });
         let drain_s = drain_start.elapsed().as_secs_f64();
         let broker2 = broker_cpu.seconds();
+        let cpu2 = fleet.cpu_s();
         let mut intervals = std::mem::take(&mut ticker.intervals);
         drop(ticker);
         if !drained {
@@ -646,13 +648,7 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
         }
         let consumed = fleet.consumed_slowest();
         let mut result = blank(repeat, topics, None);
-        fill_measured(
-            &mut result,
-            &fleet,
-            w,
-            fill_s + drain_s,
-            fleet.cpu_s() - cpu0,
-        );
+        fill_measured(&mut result, &fleet, w, fill_s + drain_s, cpu2 - cpu0);
         // The rate fields describe the phases, not the whole time: produce = fill, consume = drain.
         result.produce_rps = backlog as f64 / fill_s;
         result.produce_mbps = backlog_bytes as f64 / fill_s / 1e6;
@@ -672,6 +668,8 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             drain_rps: result.consume_rps,
             drain_mbps: result.consume_mbps,
             live_producer_rps: live_rps,
+            fill_generator_cpu_s: cpu1 - cpu0,
+            drain_generator_cpu_s: cpu2 - cpu1,
             fill_broker_cpu_s: broker1.zip(broker0).map(|(b, a)| b - a),
             drain_broker_cpu_s: broker2.zip(broker1).map(|(b, a)| b - a),
         });

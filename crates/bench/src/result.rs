@@ -302,6 +302,12 @@ pub struct DrainResult {
     pub drain_mbps: f64,
     /// Producer rate kept up while draining, records/s (0 when producers stopped).
     pub live_producer_rps: f64,
+    /// CPU seconds the benchmark process used while building the backlog, and while draining
+    /// it (the client's share of each phase; `generator_cpu_s` is both together).
+    #[serde(default)]
+    pub fill_generator_cpu_s: f64,
+    #[serde(default)]
+    pub drain_generator_cpu_s: f64,
     /// The brokers' CPU seconds while building the backlog, and while draining it (see
     /// [`RunResult::broker_cpu_s`]).
     #[serde(default)]

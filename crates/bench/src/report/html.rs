@@ -463,6 +463,8 @@ fn drain_table(p: &PointResult) -> String {
                 fmt_num(d.drain_rps),
                 fmt_num(d.drain_mbps),
                 fmt_num(d.live_producer_rps),
+                fmt_num(d.fill_generator_cpu_s),
+                fmt_num(d.drain_generator_cpu_s),
                 d.fill_broker_cpu_s.map_or_else(|| "–".to_owned(), fmt_num),
                 d.drain_broker_cpu_s.map_or_else(|| "–".to_owned(), fmt_num),
             ]
@@ -480,10 +482,12 @@ fn drain_table(p: &PointResult) -> String {
         "drain rec/s",
         "drain MB/s",
         "live producer rec/s",
+        "fill generator cpu s",
+        "drain generator cpu s",
         "fill broker cpu s",
         "drain broker cpu s",
     ];
-    format!("<h3>Drain</h3>{}", table("rrrrrrrrrr", &header, &rows))
+    format!("<h3>Drain</h3>{}", table("rrrrrrrrrrrr", &header, &rows))
 }
 
 fn correctness_section(repeat: u32, c: &CorrectnessReport) -> String {

@@ -171,6 +171,8 @@ fn campaign(broker_label: &str, rate: f64) -> Campaign {
         drain_rps: 222_222.0,
         drain_mbps: 22.2,
         live_producer_rps: 0.0,
+        fill_generator_cpu_s: 3.0,
+        drain_generator_cpu_s: 1.0,
         fill_broker_cpu_s: Some(2.0),
         drain_broker_cpu_s: Some(0.5),
     });
@@ -315,7 +317,11 @@ fn csv_files_have_expected_shape() {
     // Explore on repeat 0 only, drain and a failed check on repeat 1. Broker CPU per million
     // records: 1.5 s over 60,000 acked; in drain, 2 s to fill 1,000,000 and 0.5 s to read
     // 59,000.
-    assert!(lines[1].ends_with(",false,1.5,25,15000,,,,,,"), "{}", lines[1]);
+    assert!(
+        lines[1].ends_with(",false,1.5,25,15000,,,,,,"),
+        "{}",
+        lines[1]
+    );
     assert!(
         lines[2].ends_with(",true,1.5,2,,4.5,8.474576271186441,1,0,0,0"),
         "{}",
