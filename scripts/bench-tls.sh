@@ -21,7 +21,7 @@
 # Kafka deletes a deleted topic's files 5 s later instead of 60 s (file.delete.delay.ms), so
 # that the cases of one broker do not pile up ~10 GB on a disk other jobs share.
 #
-#   scripts/bench-tls.sh                          # 4 rounds, ~36 min
+#   scripts/bench-tls.sh                          # 4 rounds: ~28 min of measuring, plus the build
 #   ROUNDS=1 CASES=tls-produce-max scripts/bench-tls.sh
 # Environment: OUT (target/bench-tls), ROUNDS (4: each broker then sees each listener first
 # twice), CASES (all three), KAFKA_BASELINE_DIR,
