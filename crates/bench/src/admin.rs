@@ -9,6 +9,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 
+use crate::target::Target;
+
 /// An admin connection to the cluster under test.
 pub struct Admin {
     client: AdminClient<DefaultClientContext>,
@@ -24,9 +26,15 @@ impl std::fmt::Debug for Admin {
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Admin {
-    pub fn connect(bootstrap: &str) -> Result<Admin, String> {
+    /// Connects with the target's bootstrap servers and connection properties (the same
+    /// security settings as the producers and consumers).
+    pub fn connect(target: &Target) -> Result<Admin, String> {
+        let mut settings = Vec::new();
+        target.apply(&mut settings);
         let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", bootstrap);
+        for (k, v) in &settings {
+            config.set(k, v);
+        }
         let client: AdminClient<DefaultClientContext> = config
             .create()
             .map_err(|e| format!("cannot create an admin client: {e}"))?;
@@ -37,7 +45,13 @@ impl Admin {
         admin
             .metadata
             .fetch_metadata(None, Duration::from_secs(10))
-            .map_err(|e| format!("cannot reach a broker at {bootstrap}: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "cannot reach a broker at {} ({}): {e}",
+                    target.bootstrap,
+                    target.security_protocol()
+                )
+            })?;
         Ok(admin)
     }
 

@@ -15,6 +15,7 @@ use crate::result::{
     BrokerInfo, Campaign, ClientInfo, FORMAT_VERSION, PointResult, RunResult, Spread,
 };
 use crate::stats;
+use crate::target::{self, Target};
 use crate::workload;
 
 /// The four modes.
@@ -42,6 +43,9 @@ impl Mode {
 pub struct Options {
     pub workload_file: PathBuf,
     pub bootstrap: String,
+    /// librdkafka properties for every client (`--client-config`, `-X`): how to connect
+    /// (security protocol, SASL, CA), applied after every other setting.
+    pub client_properties: Vec<(String, String)>,
     /// Parent directory; each campaign gets a new subdirectory.
     pub out: PathBuf,
     pub broker_label: String,
@@ -49,6 +53,8 @@ pub struct Options {
     /// Start these broker commands, one per broker (and for `correctness`, kill and restart
     /// them in turn). Empty: the cluster at `bootstrap` was started elsewhere.
     pub broker_cmd: Vec<String>,
+    /// Broker processes started elsewhere whose CPU time each repeat records (`--broker-pid`).
+    pub broker_pids: Vec<u32>,
     /// Fail when the load generator was saturated.
     pub strict: bool,
     pub quiet: bool,
@@ -96,7 +102,11 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         b.start_all()?;
         Some(b)
     };
-    let admin = Admin::connect(&options.bootstrap)?;
+    let target = Target {
+        bootstrap: options.bootstrap.clone(),
+        properties: options.client_properties.clone(),
+    };
+    let admin = Admin::connect(&target)?;
     let steal_before = machine::cpu_steal_ticks();
     let version = options
         .broker_version
@@ -113,12 +123,9 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         bootstrap: options.bootstrap.clone(),
         client: ClientInfo {
             name: admin::client_name(),
-            producer_config: driver::producer_settings(first, &options.bootstrap)
-                .into_iter()
-                .collect(),
-            consumer_config: driver::consumer_settings(first, &options.bootstrap)
-                .into_iter()
-                .collect(),
+            producer_config: target::redacted(&driver::producer_settings(first, &target)),
+            consumer_config: target::redacted(&driver::consumer_settings(first, &target)),
+            properties: target::redacted(&target.properties),
         },
         broker: BrokerInfo {
             label: options.broker_label.clone(),
@@ -135,11 +142,12 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
     };
     if !options.quiet {
         eprintln!(
-            "bench: {} {} against {} ({}), {} test point(s), client {}; results in {}",
+            "bench: {} {} against {} ({}, {}), {} test point(s), client {}; results in {}",
             mode.name(),
             name,
             options.bootstrap,
             campaign.broker.label,
+            target.security_protocol(),
             plan.points.len(),
             campaign.client.name,
             dir.display()
@@ -152,10 +160,11 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         for repeat in 0..w.repeats {
             let mut ctx = Context {
                 admin: &admin,
-                bootstrap: &options.bootstrap,
+                target: &target,
                 run_id: format!("{stamp}-p{index}-r{repeat}"),
                 tag: format!("p{index} r{repeat}"),
                 brokers: brokers.as_mut(),
+                broker_pids: &options.broker_pids,
                 quiet: options.quiet,
             };
             if !options.quiet {
@@ -268,6 +277,15 @@ pub fn headline(r: &RunResult) -> Vec<(&'static str, f64)> {
     if let Some(d) = &r.drain {
         out.push(("drain_s", d.drain_s));
         out.push(("drain_mbps", d.drain_mbps));
+    }
+    if let Some(cpu_s) = r.broker_cpu_s {
+        out.push(("broker_cpu_s", cpu_s));
+    }
+    if let Some(v) = r.broker_cpu_s_per_m_produced() {
+        out.push(("broker_cpu_s_per_m_produced", v));
+    }
+    if let Some(v) = r.broker_cpu_s_per_m_consumed() {
+        out.push(("broker_cpu_s_per_m_consumed", v));
     }
     if let Some(c) = &r.correctness {
         out.push(("lost", c.lost as f64));

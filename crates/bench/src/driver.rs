@@ -25,6 +25,7 @@ use crate::checker::Checker;
 use crate::payload::{self, Header};
 use crate::result::{Interval, Totals};
 use crate::stats;
+use crate::target::Target;
 use crate::workload::Workload;
 
 /// Nanoseconds on one monotonic clock shared by producers and consumers, anchored to the wall
@@ -150,10 +151,10 @@ const MIN_SLEEP: Duration = Duration::from_micros(200);
 /// the queue (100,000 records by default) holds far more than a producer sends in 20 ms.
 const QUEUE_FULL_POLL: Duration = Duration::from_millis(20);
 
-/// The librdkafka settings for a workload's producers, before its `producer_config` overrides.
-pub fn producer_settings(w: &Workload, bootstrap: &str) -> Vec<(String, String)> {
+/// The librdkafka settings for a workload's producers: the benchmark's own, then the workload's
+/// `producer_config`, then the target's connection properties (each replacing what came before).
+pub fn producer_settings(w: &Workload, target: &Target) -> Vec<(String, String)> {
     let mut s: Vec<(String, String)> = vec![
-        ("bootstrap.servers".into(), bootstrap.into()),
         ("acks".into(), w.acks.clone()),
         ("linger.ms".into(), w.linger_ms.to_string()),
         ("batch.size".into(), w.batch_size.to_string()),
@@ -163,25 +164,25 @@ pub fn producer_settings(w: &Workload, bootstrap: &str) -> Vec<(String, String)>
         ("queue.buffering.max.kbytes".into(), "1048576".into()),
     ];
     for (k, v) in &w.producer_config {
-        s.retain(|(key, _)| key != k);
-        s.push((k.clone(), v.clone()));
+        crate::target::set(&mut s, k, v);
     }
+    target.apply(&mut s);
     s
 }
 
-/// The librdkafka settings for a workload's consumers, before its `consumer_config` overrides.
-pub fn consumer_settings(w: &Workload, bootstrap: &str) -> Vec<(String, String)> {
+/// The librdkafka settings for a workload's consumers: the benchmark's own, then the workload's
+/// `consumer_config`, then the target's connection properties (each replacing what came before).
+pub fn consumer_settings(w: &Workload, target: &Target) -> Vec<(String, String)> {
     let mut s: Vec<(String, String)> = vec![
-        ("bootstrap.servers".into(), bootstrap.into()),
         ("auto.offset.reset".into(), "earliest".into()),
         ("enable.partition.eof".into(), "false".into()),
         ("enable.auto.commit".into(), "true".into()),
         ("fetch.wait.max.ms".into(), "500".into()),
     ];
     for (k, v) in &w.consumer_config {
-        s.retain(|(key, _)| key != k);
-        s.push((k.clone(), v.clone()));
+        crate::target::set(&mut s, k, v);
     }
+    target.apply(&mut s);
     s
 }
 
@@ -208,7 +209,7 @@ pub enum ConsumerMode {
 pub struct Fleet {
     shared: Arc<Shared>,
     workload: Workload,
-    bootstrap: String,
+    target: Target,
     topics: Vec<String>,
     producers: Vec<JoinHandle<()>>,
     producer_stats: Vec<Arc<Mutex<ThreadStats>>>,
@@ -227,7 +228,7 @@ impl Fleet {
     /// A fleet with no threads yet; producers start paused.
     pub fn new(
         workload: &Workload,
-        bootstrap: &str,
+        target: &Target,
         topics: Vec<String>,
         run_id: &str,
         checker: Option<Arc<Mutex<Checker>>>,
@@ -251,7 +252,7 @@ impl Fleet {
         Fleet {
             shared,
             workload: workload.clone(),
-            bootstrap: bootstrap.into(),
+            target: target.clone(),
             topics,
             producers: Vec::new(),
             producer_stats: Vec::new(),
@@ -290,7 +291,7 @@ impl Fleet {
             ConsumerMode::Groups => w.consumer_groups,
             ConsumerMode::Assign => 1,
         };
-        let settings = consumer_settings(w, &self.bootstrap);
+        let settings = consumer_settings(w, &self.target);
         for g in 0..groups {
             let consumed = Arc::new(AtomicU64::new(0));
             self.group_consumed.push(consumed.clone());
@@ -365,7 +366,7 @@ impl Fleet {
     /// Starts the producers, paused (rate 0) until [`Fleet::set_rate`].
     pub fn start_producers(&mut self) -> Result<(), String> {
         let w = &self.workload;
-        let settings = producer_settings(w, &self.bootstrap);
+        let settings = producer_settings(w, &self.target);
         for i in 0..w.producers {
             let stats = Arc::new(Mutex::new(ThreadStats::default()));
             self.producer_stats.push(stats.clone());

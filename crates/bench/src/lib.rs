@@ -16,4 +16,5 @@ pub mod payload;
 pub mod report;
 pub mod result;
 pub mod stats;
+pub mod target;
 pub mod workload;

@@ -1,6 +1,7 @@
 //! What the benchmark ran on and with: the machine (CPU, memory, kernel, OS), the git commit
-//! `sluice` was built from, and the CPU time the benchmark process itself used (to tell a
-//! saturated load generator from a slow broker).
+//! `sluice` was built from, the CPU time the benchmark process itself used (to tell a
+//! saturated load generator from a slow broker), and that of the broker processes under test
+//! ([`BrokerCpu`], for CPU seconds per million records).
 //!
 //! Everything here is best effort: a file the kernel does not expose gives `unknown` or `None`,
 //! never an error, because a missing detail must not stop a benchmark. The parsers take the text
@@ -98,6 +99,55 @@ pub fn process_cpu_seconds() -> f64 {
     }
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// CPU seconds (user + system, all threads) process `pid` has used so far, from
+/// `/proc/PID/stat`; `None` when it is gone or the kernel will not say.
+pub fn pid_cpu_seconds(pid: u32) -> Option<f64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let ticks = parse_stat_cpu_ticks(&text)?;
+    // SAFETY: sysconf only reads a configuration value.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_s > 0).then(|| ticks as f64 / per_s as f64)
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line, in clock ticks. The command
+/// name (field 2) is in parentheses and may hold spaces and parentheses itself, so the fields
+/// are counted from the last `)`.
+fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3, so utime (14) and stime (15) are the 12th and 13th.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The broker processes under test, whose CPU time a repeat records next to its throughput
+/// (`--broker-pid`, and the brokers the benchmark started itself).
+#[derive(Debug, Clone, Default)]
+pub struct BrokerCpu {
+    pids: Vec<u32>,
+}
+
+impl BrokerCpu {
+    pub fn new(pids: Vec<u32>) -> BrokerCpu {
+        BrokerCpu { pids }
+    }
+
+    /// CPU seconds the brokers have used so far, summed; `None` when there are none to watch or
+    /// one of them cannot be read (gone, or not Linux), since a partial sum would mislead.
+    pub fn seconds(&self) -> Option<f64> {
+        if self.pids.is_empty() {
+            return None;
+        }
+        self.pids.iter().map(|&pid| pid_cpu_seconds(pid)).sum()
+    }
+
+    /// The CPU seconds used between `before` (an earlier [`BrokerCpu::seconds`]) and now.
+    pub fn since(&self, before: Option<f64>) -> Option<f64> {
+        Some(self.seconds()? - before?).filter(|s| *s >= 0.0)
+    }
 }
 
 /// The fields of `uname(2)` the report uses.
@@ -289,6 +339,34 @@ mod tests {
         }
         let after = process_cpu_seconds();
         assert!(after > before, "{before} -> {after}");
+    }
+
+    #[test]
+    fn process_cpu_is_utime_plus_stime_past_the_command_name() {
+        // A command name with a space and a parenthesis of its own.
+        let stat = "4242 (java (x) y) S 1 4242 4242 0 -1 4194560 1000 0 0 0 731 52 0 0 20 0 \
+                    30 0 100 1000000 2000 18446744073709551615";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(783));
+        assert_eq!(parse_stat_cpu_ticks("4242 (short) S 1 2"), None);
+        assert_eq!(parse_stat_cpu_ticks("no parenthesis"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn broker_cpu_reads_live_processes_and_gives_up_on_gone_ones() {
+        let me = BrokerCpu::new(vec![std::process::id()]);
+        let before = me.seconds();
+        assert!(before.is_some());
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        assert!(me.since(before).is_some_and(|s| s >= 0.0));
+        assert_eq!(BrokerCpu::default().seconds(), None);
+        // PIDs above the kernel's pid_max (at most 2^22) never exist.
+        let gone = BrokerCpu::new(vec![std::process::id(), u32::MAX]);
+        assert_eq!(gone.seconds(), None);
     }
 
     #[test]

@@ -7,22 +7,39 @@ use crate::admin::Admin;
 use crate::broker::Brokers;
 use crate::checker::Checker;
 use crate::driver::{ConsumerMode, Fleet, Window, now_ns};
+use crate::machine::BrokerCpu;
 use crate::result::{DrainResult, ExploreResult, ExploreStep, Interval, RunResult};
 use crate::stats;
+use crate::target::Target;
 use crate::workload::{Rate, Workload};
 
 /// What a repeat needs from the campaign around it.
 #[derive(Debug)]
 pub struct Context<'a> {
     pub admin: &'a Admin,
-    pub bootstrap: &'a str,
+    /// Where the clients connect, and with which connection properties.
+    pub target: &'a Target,
     /// Unique per repeat; names topics and groups.
     pub run_id: String,
     /// `p0 r1`, for progress lines.
     pub tag: String,
     /// The brokers the benchmark started itself (correctness kills them in turn).
     pub brokers: Option<&'a mut Brokers>,
+    /// Broker processes started elsewhere whose CPU time to record (`--broker-pid`).
+    pub broker_pids: &'a [u32],
     pub quiet: bool,
+}
+
+impl Context<'_> {
+    /// The broker processes whose CPU time a repeat records: those named by `--broker-pid`
+    /// and those the benchmark started itself, as they are now.
+    fn broker_cpu(&self) -> BrokerCpu {
+        let mut pids = self.broker_pids.to_vec();
+        if let Some(brokers) = self.brokers.as_deref() {
+            pids.extend((0..brokers.len()).filter_map(|i| brokers.get(i)?.pid()));
+        }
+        BrokerCpu::new(pids)
+    }
 }
 
 /// How long joins, flushes and catch-ups may take before a repeat fails.
@@ -202,6 +219,7 @@ fn blank(repeat: u32, topics: &[String], target_rps: Option<f64>) -> RunResult {
         max_send_lag_ms: 0.0,
         backpressure_fraction: 0.0,
         generator_cpu_s: 0.0,
+        broker_cpu_s: None,
         intervals: Vec::new(),
         explore: None,
         drain: None,
@@ -253,9 +271,10 @@ fn fill_measured(result: &mut RunResult, fleet: &Fleet, w: &Workload, measured_s
 /// `run`: a fixed rate (or "max") for warm-up + duration.
 pub fn run(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
     on_fresh_topics(ctx, w, |ctx, topics| {
-        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.to_vec(), &ctx.run_id, None);
+        let mut fleet = Fleet::new(w, ctx.target, topics.to_vec(), &ctx.run_id, None);
         fleet.start_consumers(ConsumerMode::Groups, SETUP_TIMEOUT)?;
         fleet.start_producers()?;
+        let broker_cpu = ctx.broker_cpu();
         let target = w.target_rps();
         let mut result = blank(repeat, topics, target);
         let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
@@ -265,11 +284,13 @@ pub fn run(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult
         ticker.run_for(w.warmup_s, "warmup");
         fleet.reset_measured();
         let cpu0 = fleet.cpu_s();
+        let broker0 = broker_cpu.seconds();
         let started = Instant::now();
         ticker.run_for(w.duration_s, "measure");
         fleet.set_measure_window(measure_start, now_ns());
         let measured_s = started.elapsed().as_secs_f64();
         let cpu_s = fleet.cpu_s() - cpu0;
+        let broker_s = broker_cpu.since(broker0);
         fleet.set_rate(Some(0.0));
         let settled = Instant::now() + FLUSH_TIMEOUT;
         ticker.run_until(settled, "settle", || {
@@ -278,6 +299,7 @@ pub fn run(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult
         result.intervals = std::mem::take(&mut ticker.intervals);
         drop(ticker);
         fill_measured(&mut result, &fleet, w, measured_s, cpu_s);
+        result.broker_cpu_s = broker_s;
         fleet.stop_producers(FLUSH_TIMEOUT);
         fleet.stop_consumers();
         Ok(result)
@@ -293,7 +315,7 @@ fn all_delivered(fleet: &Fleet) -> bool {
 /// `explore`: the highest rate whose e2e latency percentile meets the target, sustained.
 pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
     on_fresh_topics(ctx, w, |ctx, topics| {
-        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.to_vec(), &ctx.run_id, None);
+        let mut fleet = Fleet::new(w, ctx.target, topics.to_vec(), &ctx.run_id, None);
         fleet.start_consumers(ConsumerMode::Groups, SETUP_TIMEOUT)?;
         fleet.start_producers()?;
         let e = &w.explore;
@@ -308,6 +330,8 @@ pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunRe
             w,
             steps: Vec::new(),
             cpu_s: 0.0,
+            broker_cpu: ctx.broker_cpu(),
+            broker_cpu_s: None,
         };
         if w.warmup_s > 0.0 {
             fleet.set_rate(Some(start_rps));
@@ -321,6 +345,7 @@ pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunRe
         }
         let outcome = explorer.search(start_rps, max_rps);
         let cpu_s = explorer.cpu_s;
+        let broker_cpu_s = explorer.broker_cpu_s;
         let mut result = blank(repeat, topics, outcome.as_ref().map(|o| o.rate));
         let steps = std::mem::take(&mut explorer.steps);
         result.intervals = std::mem::take(&mut explorer.ticker.intervals);
@@ -331,6 +356,7 @@ pub fn explore(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunRe
         };
         // The headline numbers are those of the passing sustain phase.
         fill_measured(&mut result, &fleet, w, measured_s, cpu_s);
+        result.broker_cpu_s = broker_cpu_s;
         result.explore = Some(ExploreResult {
             percentile: e.percentile,
             target_ms: e.target_ms,
@@ -353,6 +379,9 @@ struct Explorer<'f> {
     steps: Vec<ExploreStep>,
     /// CPU seconds of this process during the last step's measured part.
     cpu_s: f64,
+    broker_cpu: BrokerCpu,
+    /// CPU seconds of the brokers during the last step's measured part.
+    broker_cpu_s: Option<f64>,
 }
 
 struct Sustained {
@@ -464,8 +493,10 @@ impl Explorer<'_> {
         self.ticker.e2e_windows.clear();
         let t0 = Instant::now();
         let cpu0 = self.fleet.cpu_s();
+        let broker0 = self.broker_cpu.seconds();
         self.ticker.run_for(seconds, &label);
         self.cpu_s = self.fleet.cpu_s() - cpu0;
+        self.broker_cpu_s = self.broker_cpu.since(broker0);
         self.fleet.set_measure_window(start, now_ns());
         let elapsed = t0.elapsed().as_secs_f64();
         let step_windows = self.ticker.e2e_windows.len();
@@ -564,13 +595,15 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             return Err("drain needs consumers >= 1".to_string());
         }
         let d = &w.drain;
-        let mut fleet = Fleet::new(w, ctx.bootstrap, topics.to_vec(), &ctx.run_id, None);
+        let mut fleet = Fleet::new(w, ctx.target, topics.to_vec(), &ctx.run_id, None);
         fleet.start_producers()?;
         fleet.set_measure_window(0, u64::MAX);
+        let broker_cpu = ctx.broker_cpu();
         let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
         let backlog_records = d.backlog.0.div_ceil(w.record_size as u64);
         let fill_start = Instant::now();
         let cpu0 = fleet.cpu_s();
+        let broker0 = broker_cpu.seconds();
         fleet.set_rate(d.fill_rate.records_per_s(w.record_size));
         let deadline = Instant::now() + Duration::from_secs_f64(d.timeout_s);
         let filled = ticker.run_until(deadline, "fill", || fleet.acked() >= backlog_records);
@@ -588,6 +621,8 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             live_rps > 0.0 || all_delivered(fleet_ref)
         });
         let fill_s = fill_start.elapsed().as_secs_f64();
+        let broker1 = broker_cpu.seconds();
+        let cpu1 = fleet.cpu_s();
         let backlog = fleet.acked();
         let backlog_bytes = backlog * w.record_size as u64;
         drop(ticker);
@@ -601,6 +636,8 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             fleet_ref.consumed_slowest() >= backlog && fleet_ref.lag() < slack
         });
         let drain_s = drain_start.elapsed().as_secs_f64();
+        let broker2 = broker_cpu.seconds();
+        let cpu2 = fleet.cpu_s();
         let mut intervals = std::mem::take(&mut ticker.intervals);
         drop(ticker);
         if !drained {
@@ -611,18 +648,13 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
         }
         let consumed = fleet.consumed_slowest();
         let mut result = blank(repeat, topics, None);
-        fill_measured(
-            &mut result,
-            &fleet,
-            w,
-            fill_s + drain_s,
-            fleet.cpu_s() - cpu0,
-        );
+        fill_measured(&mut result, &fleet, w, fill_s + drain_s, cpu2 - cpu0);
         // The rate fields describe the phases, not the whole time: produce = fill, consume = drain.
         result.produce_rps = backlog as f64 / fill_s;
         result.produce_mbps = backlog_bytes as f64 / fill_s / 1e6;
         result.consume_rps = consumed as f64 / drain_s;
         result.consume_mbps = consumed as f64 * w.record_size as f64 / drain_s / 1e6;
+        result.broker_cpu_s = broker2.zip(broker0).map(|(b, a)| b - a);
         // "max" fill is closed loop; its schedule lag says nothing about the generator.
         result.generator_saturated &= !matches!(d.fill_rate, Rate::Max);
         let mut all = std::mem::take(&mut result.intervals);
@@ -636,6 +668,10 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             drain_rps: result.consume_rps,
             drain_mbps: result.consume_mbps,
             live_producer_rps: live_rps,
+            fill_generator_cpu_s: cpu1 - cpu0,
+            drain_generator_cpu_s: cpu2 - cpu1,
+            fill_broker_cpu_s: broker1.zip(broker0).map(|(b, a)| b - a),
+            drain_broker_cpu_s: broker2.zip(broker1).map(|(b, a)| b - a),
         });
         fleet.stop_producers(FLUSH_TIMEOUT);
         fleet.stop_consumers();
@@ -657,7 +693,7 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         let checker = Arc::new(Mutex::new(Checker::new(!w.idempotence)));
         let mut fleet = Fleet::new(
             w,
-            ctx.bootstrap,
+            ctx.target,
             topics.to_vec(),
             &ctx.run_id,
             Some(checker.clone()),

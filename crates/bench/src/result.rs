@@ -49,9 +49,23 @@ pub struct Campaign {
 pub struct ClientInfo {
     /// e.g. `librdkafka 2.12.1 (rdkafka crate 0.38)`.
     pub name: String,
-    /// Producer settings common to every test point (before per-point overrides).
+    /// Producer settings common to every test point (before per-point overrides); secrets
+    /// (passwords, keys, tokens) read `***`.
     pub producer_config: BTreeMap<String, String>,
     pub consumer_config: BTreeMap<String, String>,
+    /// The connection properties of every client (`--client-config`, `-X`: security protocol,
+    /// SASL, CA), secrets as `***`; empty for librdkafka's defaults (PLAINTEXT).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl ClientInfo {
+    /// `security.protocol` as the clients used it, upper case (`PLAINTEXT` by default).
+    pub fn security_protocol(&self) -> String {
+        self.properties
+            .get("security.protocol")
+            .map_or_else(|| "PLAINTEXT".to_owned(), |p| p.to_ascii_uppercase())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -151,11 +165,37 @@ pub struct RunResult {
     pub backpressure_fraction: f64,
     /// CPU seconds the benchmark process used during the measured part (user + system).
     pub generator_cpu_s: f64,
+    /// CPU seconds the broker processes used during the measured part (user + system, from
+    /// `/proc/PID/stat`), when the benchmark knew their PIDs (`--broker-pid`, or brokers it
+    /// started itself); `None` otherwise, and in `correctness`, whose restarts change them.
+    #[serde(default)]
+    pub broker_cpu_s: Option<f64>,
     /// Per reporting interval, warm-up included (its `phase` says which).
     pub intervals: Vec<Interval>,
     pub explore: Option<ExploreResult>,
     pub drain: Option<DrainResult>,
     pub correctness: Option<CorrectnessReport>,
+}
+
+impl RunResult {
+    /// The brokers' CPU seconds per million records produced: in `drain`, while building the
+    /// backlog; elsewhere over the measured part, which includes serving any consumers that
+    /// read along. `None` without broker PIDs or records.
+    pub fn broker_cpu_s_per_m_produced(&self) -> Option<f64> {
+        let (cpu_s, records) = match &self.drain {
+            Some(d) => (d.fill_broker_cpu_s?, d.backlog_records),
+            None => (self.broker_cpu_s?, self.totals.acked_records),
+        };
+        (records > 0).then(|| cpu_s / (records as f64 / 1e6))
+    }
+
+    /// The brokers' CPU seconds per million records consumed while draining a backlog
+    /// (`drain` only, where nothing else runs).
+    pub fn broker_cpu_s_per_m_consumed(&self) -> Option<f64> {
+        let cpu_s = self.drain.as_ref()?.drain_broker_cpu_s?;
+        let records = self.totals.consumed_records;
+        (records > 0).then(|| cpu_s / (records as f64 / 1e6))
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
@@ -262,6 +302,18 @@ pub struct DrainResult {
     pub drain_mbps: f64,
     /// Producer rate kept up while draining, records/s (0 when producers stopped).
     pub live_producer_rps: f64,
+    /// CPU seconds the benchmark process used while building the backlog, and while draining
+    /// it (the client's share of each phase; `generator_cpu_s` is both together).
+    #[serde(default)]
+    pub fill_generator_cpu_s: f64,
+    #[serde(default)]
+    pub drain_generator_cpu_s: f64,
+    /// The brokers' CPU seconds while building the backlog, and while draining it (see
+    /// [`RunResult::broker_cpu_s`]).
+    #[serde(default)]
+    pub fill_broker_cpu_s: Option<f64>,
+    #[serde(default)]
+    pub drain_broker_cpu_s: Option<f64>,
 }
 
 /// The outcome of `correctness`.

@@ -6,10 +6,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use sluice_bench::campaign::{self, Mode, Options};
-use sluice_bench::report;
+use sluice_bench::{report, target};
 
 /// Benchmark a Kafka-protocol cluster (Sluice or Apache Kafka) with an open-loop load.
 ///
@@ -29,6 +29,13 @@ use sluice_bench::report;
 ///       --broker-cmd 'sluice serve --data-dir /tmp/b0 --kafka-addr 127.0.0.1:19092 --http-addr off --storage s3://B/P --metadata postgres://...' \
 ///       --broker-cmd 'sluice serve --data-dir /tmp/b1 --kafka-addr 127.0.0.1:19093 --http-addr off --storage s3://B/P --metadata postgres://...'
 ///   sluice bench compare bench-results/fixed-rate-run-* --out bench-results/compare
+///   sluice bench run bench/workloads/tls-produce-max.toml -b 127.0.0.1:9094 \
+///       --client-config sasl-ssl.properties --broker-pid "$(pidof sluice)"
+///
+/// A TLS or SASL listener takes librdkafka's own properties, for every client of the run:
+/// --client-config FILE (KEY=VALUE lines, so the password stays off the command line) and
+/// -X KEY=VALUE, e.g. -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512
+/// -X sasl.username=bench -X ssl.ca.location=ca.crt (docs/bench.md, "Secured listeners").
 ///
 /// Workload files are TOML; any top-level field given as a list is a dimension (one test point
 /// per value, each on fresh topics). See docs/bench.md for every field.
@@ -125,6 +132,22 @@ struct RunArgs {
     /// Output goes to broker-<i>.log, i counting from 0 in command-line order.
     #[arg(long, value_name = "COMMAND")]
     broker_cmd: Vec<String>,
+    /// A librdkafka property for every client (admin, producers, consumers), applied after all
+    /// other settings: how to connect to a TLS or SASL listener, e.g.
+    /// -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 -X sasl.username=bench
+    /// -X ssl.ca.location=ca.crt. Repeatable; wins over --client-config. Secrets (passwords,
+    /// keys, tokens) are recorded as ***.
+    #[arg(short = 'X', long = "client-property", value_name = "KEY=VALUE")]
+    client_property: Vec<String>,
+    /// A file of librdkafka properties for every client, one KEY=VALUE per line (# comments),
+    /// as kcat and Java clients read them: keeps sasl.password off the command line.
+    #[arg(long, value_name = "FILE")]
+    client_config: Option<PathBuf>,
+    /// PID of a broker process started elsewhere (repeatable, one per broker): each repeat
+    /// records its CPU seconds (user + system) and CPU seconds per million records. Brokers
+    /// started with --broker-cmd are measured without it.
+    #[arg(long, value_name = "PID")]
+    broker_pid: Vec<u32>,
     /// Exit non-zero when the load generator could not keep its schedule.
     #[arg(long)]
     strict: bool,
@@ -156,13 +179,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             return Ok(());
         }
     };
+    let client_properties = client_properties(a.client_config.as_deref(), &a.client_property)?;
     let options = Options {
         workload_file: a.workload,
         bootstrap: a.bootstrap,
+        client_properties,
         out: a.out,
         broker_label: a.broker_label,
         broker_version: a.broker_version,
         broker_cmd: a.broker_cmd,
+        broker_pids: a.broker_pid,
         strict: a.strict,
         quiet: a.quiet,
     };
@@ -174,4 +200,54 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("the benchmark's checks failed (see the warnings and report above)");
     }
     Ok(())
+}
+
+/// The connection properties of every client: the --client-config file's, then each -X in
+/// order (a later one wins when librdkafka applies them).
+fn client_properties(
+    file: Option<&std::path::Path>,
+    flags: &[String],
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut properties = Vec::new();
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the client config {}", path.display()))?;
+        properties = target::parse_properties_file(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    for flag in flags {
+        properties.push(target::parse_property(flag).map_err(anyhow::Error::msg)?);
+    }
+    Ok(properties)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_come_after_the_file_and_bad_lines_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sasl.properties");
+        std::fs::write(
+            &file,
+            "security.protocol=SASL_SSL\nsasl.username=bench\nsasl.password=pw\n",
+        )
+        .unwrap();
+        let properties =
+            client_properties(Some(&file), &["sasl.username=other".to_string()]).unwrap();
+        assert_eq!(properties.len(), 4);
+        assert_eq!(
+            properties.last(),
+            Some(&("sasl.username".to_string(), "other".to_string()))
+        );
+        std::fs::write(&file, "security.protocol SASL_SSL\n").unwrap();
+        let message = client_properties(Some(&file), &[]).unwrap_err().to_string();
+        assert!(message.contains("sasl.properties: line 1:"), "{message}");
+        let message = client_properties(None, &["bootstrap.servers=h:1".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("--bootstrap"), "{message}");
+        assert!(client_properties(Some(&dir.path().join("missing")), &[]).is_err());
+    }
 }

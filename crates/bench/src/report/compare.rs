@@ -252,7 +252,9 @@ impl<'a> Comparison<'a> {
                 format!("{} {}", c.broker.label, c.broker.version)
             }),
             ("bootstrap", |c| c.bootstrap.clone()),
-            ("client", |c| c.client.name.clone()),
+            ("client", |c| {
+                format!("{} ({})", c.client.name, c.client.security_protocol())
+            }),
             ("sluice", |c| {
                 format!("{} ({})", c.sluice_version, c.git_commit)
             }),

@@ -37,13 +37,22 @@ const RESULT_COLUMNS: &[Column] = &[
     ("generator_saturated", |r| {
         Cell::Text(r.generator_saturated.to_string())
     }),
+    ("broker_cpu_s", |r| r.broker_cpu_s.into()),
+    ("broker_cpu_s_per_m_produced", |r| {
+        r.broker_cpu_s_per_m_produced().into()
+    }),
 ];
 
 const EXPLORE_COLUMNS: &[Column] = &[("sustained_rps", |r| {
     r.explore.as_ref().and_then(|e| e.sustained_rps).into()
 })];
 
-const DRAIN_COLUMNS: &[Column] = &[("drain_s", |r| r.drain.as_ref().map(|d| d.drain_s).into())];
+const DRAIN_COLUMNS: &[Column] = &[
+    ("drain_s", |r| r.drain.as_ref().map(|d| d.drain_s).into()),
+    ("broker_cpu_s_per_m_consumed", |r| {
+        r.broker_cpu_s_per_m_consumed().into()
+    }),
+];
 
 const CORRECTNESS_COLUMNS: &[Column] = &[
     ("lost", |r| r.correctness.as_ref().map(|c| c.lost).into()),

@@ -203,7 +203,14 @@ fn metadata(c: &Campaign) -> String {
             format!("{} {}", esc(&c.broker.label), esc(&c.broker.version)),
         ),
         ("started brokers", started_brokers(c)),
-        ("client", esc(&c.client.name)),
+        (
+            "client",
+            format!(
+                "{} ({})",
+                esc(&c.client.name),
+                esc(&c.client.security_protocol())
+            ),
+        ),
         ("producer", config(&c.client.producer_config)),
         ("consumer", config(&c.client.consumer_config)),
         (
@@ -344,6 +351,7 @@ fn repeats_table(p: &PointResult) -> String {
         "backpressure",
         "max send lag ms",
         "generator cpu s",
+        "broker cpu s",
         "load generator",
     ];
     let lat = |l: &Latency, v: f64| {
@@ -372,6 +380,7 @@ fn repeats_table(p: &PointResult) -> String {
                 format!("{}%", fmt_num(r.backpressure_fraction * 100.0)),
                 fmt_num(r.max_send_lag_ms),
                 fmt_num(r.generator_cpu_s),
+                r.broker_cpu_s.map_or_else(|| "–".to_owned(), fmt_num),
                 if r.generator_saturated {
                     "<span class=\"badge fail\">SATURATED</span>".to_owned()
                 } else {
@@ -384,7 +393,7 @@ fn repeats_table(p: &PointResult) -> String {
         .repeats
         .iter()
         .map(|r| if r.generator_saturated { "bad" } else { "" });
-    table_with_classes("rrrrrrrrrrrrrrl", &header, rows.iter().zip(classes))
+    table_with_classes("rrrrrrrrrrrrrrrl", &header, rows.iter().zip(classes))
 }
 
 fn explore_section(repeat: u32, e: &ExploreResult) -> String {
@@ -454,6 +463,10 @@ fn drain_table(p: &PointResult) -> String {
                 fmt_num(d.drain_rps),
                 fmt_num(d.drain_mbps),
                 fmt_num(d.live_producer_rps),
+                fmt_num(d.fill_generator_cpu_s),
+                fmt_num(d.drain_generator_cpu_s),
+                d.fill_broker_cpu_s.map_or_else(|| "–".to_owned(), fmt_num),
+                d.drain_broker_cpu_s.map_or_else(|| "–".to_owned(), fmt_num),
             ]
         })
         .collect();
@@ -469,8 +482,12 @@ fn drain_table(p: &PointResult) -> String {
         "drain rec/s",
         "drain MB/s",
         "live producer rec/s",
+        "fill generator cpu s",
+        "drain generator cpu s",
+        "fill broker cpu s",
+        "drain broker cpu s",
     ];
-    format!("<h3>Drain</h3>{}", table("rrrrrrrr", &header, &rows))
+    format!("<h3>Drain</h3>{}", table("rrrrrrrrrrrr", &header, &rows))
 }
 
 fn correctness_section(repeat: u32, c: &CorrectnessReport) -> String {

@@ -86,6 +86,19 @@ pub(crate) const METRICS: &[Metric] = &[
     metric("drain_s", "drain s", false, |r| {
         r.drain.as_ref().map(|d| d.drain_s)
     }),
+    metric("broker_cpu_s", "broker CPU s", false, |r| r.broker_cpu_s),
+    metric(
+        "broker_cpu_s_per_m_produced",
+        "broker CPU s/M produced",
+        false,
+        RunResult::broker_cpu_s_per_m_produced,
+    ),
+    metric(
+        "broker_cpu_s_per_m_consumed",
+        "broker CPU s/M consumed",
+        false,
+        RunResult::broker_cpu_s_per_m_consumed,
+    ),
 ];
 
 /// The metrics that some repeat of some point has a value for, so that tables skip columns that

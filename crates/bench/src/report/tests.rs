@@ -90,6 +90,7 @@ fn run(repeat: u32, rate: f64) -> RunResult {
         max_send_lag_ms: 1.5,
         backpressure_fraction: 0.01,
         generator_cpu_s: 3.2,
+        broker_cpu_s: Some(1.5),
         intervals: intervals(rate),
         explore: None,
         drain: None,
@@ -170,6 +171,10 @@ fn campaign(broker_label: &str, rate: f64) -> Campaign {
         drain_rps: 222_222.0,
         drain_mbps: 22.2,
         live_producer_rps: 0.0,
+        fill_generator_cpu_s: 3.0,
+        drain_generator_cpu_s: 1.0,
+        fill_broker_cpu_s: Some(2.0),
+        drain_broker_cpu_s: Some(0.5),
     });
     r01.correctness = Some(correctness(false));
     r01.generator_saturated = true;
@@ -208,6 +213,7 @@ fn campaign(broker_label: &str, rate: f64) -> Campaign {
             name: "librdkafka 2.12.1 (rdkafka crate 0.38)".to_owned(),
             producer_config: BTreeMap::from([("acks".to_owned(), "all".to_owned())]),
             consumer_config: BTreeMap::new(),
+            properties: BTreeMap::new(),
         },
         broker: BrokerInfo {
             label: broker_label.to_owned(),
@@ -298,7 +304,8 @@ fn csv_files_have_expected_shape() {
         lines[0],
         "point_id,label,record_size,repeat,target_rps,produce_rps,produce_mbps,consume_rps,\
          consume_mbps,ack_p50_ms,ack_p99_ms,ack_p99_9_ms,ack_max_ms,e2e_p50_ms,e2e_p99_ms,\
-         e2e_p99_9_ms,e2e_p99_99_ms,e2e_max_ms,generator_saturated,sustained_rps,drain_s,lost,\
+         e2e_p99_9_ms,e2e_p99_99_ms,e2e_max_ms,generator_saturated,broker_cpu_s,\
+         broker_cpu_s_per_m_produced,sustained_rps,drain_s,broker_cpu_s_per_m_consumed,lost,\
          duplicated,out_of_order,corrupted"
     );
     assert_eq!(lines.len(), 1 + 4, "{results}");
@@ -307,9 +314,19 @@ fn csv_files_have_expected_shape() {
         "{}",
         lines[1]
     );
-    // Explore on repeat 0 only, drain and a failed check on repeat 1.
-    assert!(lines[1].ends_with(",false,15000,,,,,"), "{}", lines[1]);
-    assert!(lines[2].ends_with(",true,,4.5,1,0,0,0"), "{}", lines[2]);
+    // Explore on repeat 0 only, drain and a failed check on repeat 1. Broker CPU per million
+    // records: 1.5 s over 60,000 acked; in drain, 2 s to fill 1,000,000 and 0.5 s to read
+    // 59,000.
+    assert!(
+        lines[1].ends_with(",false,1.5,25,15000,,,,,,"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].ends_with(",true,1.5,2,,4.5,8.474576271186441,1,0,0,0"),
+        "{}",
+        lines[2]
+    );
 
     let intervals = read(dir.path().join(INTERVALS_CSV));
     let header = intervals.lines().next().unwrap();

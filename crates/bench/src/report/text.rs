@@ -18,6 +18,8 @@ const SUMMARY_KEYS: &[&str] = &[
     "e2e_max_ms",
     "sustained_rps",
     "drain_s",
+    "broker_cpu_s_per_m_produced",
+    "broker_cpu_s_per_m_consumed",
 ];
 
 /// Columns padded to their widest cell; the first `left` columns left-aligned (names), the rest
@@ -95,12 +97,13 @@ pub(crate) fn summary(campaign: &Campaign) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} ({}) against {} {} at {}: {} point(s)",
+        "{} ({}) against {} {} at {} ({}): {} point(s)",
         campaign.name,
         campaign.mode,
         campaign.broker.label,
         campaign.broker.version,
         campaign.bootstrap,
+        campaign.client.security_protocol(),
         campaign.points.len()
     );
     let mut header = vec!["point".to_owned(), "label".to_owned(), "n".to_owned()];
