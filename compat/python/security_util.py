@@ -41,7 +41,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from conftest import LOG_DIR, REPO_ROOT, KafkaBaselineBroker, SluiceBroker, tail
+from conftest import (CACHE_DIR, COMPAT_DIR, LOG_DIR, MAVEN_FETCH_S, REPO_ROOT, KafkaBaselineBroker,
+                      SluiceBroker, tail)
 
 SCRAM = "SCRAM-SHA-512"
 # Mutual TLS: the certificate subject "CN=alice,O=Sluice compat" names the user "alice", as SASL does.
@@ -379,8 +380,34 @@ def kafka_lib() -> Path:
     global _kafka_lib
     with _kafka_lib_lock:
         if _kafka_lib is None:
-            _kafka_lib = KafkaBaselineBroker(request_log=False).lib_dir()
+            baseline = KafkaBaselineBroker(request_log=False)
+            if (baseline.kb_dir / "pom.xml").exists():
+                _kafka_lib = baseline.lib_dir()
+            else:
+                _kafka_lib = _own_kafka_lib()
         return _kafka_lib
+
+
+KAFKA_TOOLS_DIR = COMPAT_DIR / "kafka-tools"
+
+
+def _own_kafka_lib() -> Path:
+    """Without ../shared/kafka-baseline (a clone elsewhere): the same jars from compat's own
+    pom (compat/kafka-tools/pom.xml), fetched with Maven into compat/.cache/kafka-tools once."""
+    cache = CACHE_DIR / "kafka-tools"
+    cache.mkdir(parents=True, exist_ok=True)
+    pom = (KAFKA_TOOLS_DIR / "pom.xml").read_bytes()
+    if not (cache / "pom.xml").exists() or (cache / "pom.xml").read_bytes() != pom:
+        (cache / "pom.xml").write_bytes(pom)
+        shutil.rmtree(cache / "lib", ignore_errors=True)
+    if not list((cache / "lib").glob("kafka-tools-[0-9]*.jar")):
+        r = subprocess.run(
+            ["mvn", "-B", "-q", "-Dstyle.color=never", "dependency:copy-dependencies"],
+            cwd=cache, capture_output=True, text=True, timeout=MAVEN_FETCH_S,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"fetching Kafka's jars failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+    return cache / "lib"
 
 
 TOOLS = {
@@ -400,6 +427,8 @@ def java_tool(tool: str, creds: Creds, workdir: Path, *args: str, stdin: str | N
     props = private_file(workdir, f"{tool}-", ".properties", creds.java_properties())
     baseline = REPO_ROOT.parent / "shared" / "kafka-baseline"
     log_config = Path(os.environ.get("KAFKA_BASELINE_DIR", baseline)) / "config" / "tools-log4j2.xml"
+    if not log_config.exists():
+        log_config = KAFKA_TOOLS_DIR / "log4j2.xml"
     cmd = [
         "java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
         f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{kafka_lib()}/*", TOOLS[tool],
