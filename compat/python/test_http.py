@@ -870,6 +870,10 @@ def test_commit_over_http_refused_while_kafka_consumer_is_a_member(http, topics,
         client_id=f"compat-http-member-{group}",
         session_timeout_ms=10000,
         heartbeat_interval_ms=1000,
+        # A topic made over HTTP moments ago may be missing from the first metadata
+        # kafka-python fetches (its first assignment is then empty): refresh it soon, which
+        # rejoins with the partitions.
+        metadata_max_age_ms=1000,
     )
     try:
         wait_until(lambda: kc.poll(timeout_ms=200) is not None and kc.assignment(), 30, "the consumer to join the group and get partitions")
