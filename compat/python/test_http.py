@@ -863,19 +863,20 @@ def test_commit_over_http_refused_while_kafka_consumer_is_a_member(http, topics,
     path = f"/groups/{group}/offsets"
     commit = {"offsets": [{"topic": topic, "partition": 0, "offset": 0}]}
     kc = KafkaConsumer(
-        topic,
         bootstrap_servers=bootstrap,
         group_id=group,
         enable_auto_commit=False,
         client_id=f"compat-http-member-{group}",
         session_timeout_ms=10000,
         heartbeat_interval_ms=1000,
-        # A topic made over HTTP moments ago may be missing from the first metadata
-        # kafka-python fetches (its first assignment is then empty): refresh it soon, which
-        # rejoins with the partitions.
         metadata_max_age_ms=1000,
     )
     try:
+        # Subscribe only once this client's metadata has the topic's partitions: a group
+        # leader that assigns from metadata without them hands out nothing and, when its next
+        # metadata snapshot already matched, never rejoins (seen once in object mode).
+        wait_until(lambda: kc.partitions_for_topic(topic), 20, f"{topic}'s partitions in the consumer's metadata")
+        kc.subscribe([topic])
         wait_until(lambda: kc.poll(timeout_ms=200) is not None and kc.assignment(), 30, "the consumer to join the group and get partitions")
         http = group_http(group)
         http.error("POST", path, 409, "active members", json=commit)
