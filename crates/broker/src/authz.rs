@@ -42,6 +42,7 @@ const TXN_DENIED: i16 = ResponseError::TransactionalIdAuthorizationFailed.code()
 const CONFIG_TOPIC: i8 = 2;
 const CONFIG_BROKER: i8 = 4;
 const CONFIG_BROKER_LOGGER: i8 = 8;
+const CONFIG_GROUP: i8 = 32;
 
 /// FindCoordinator's key types.
 const KEY_GROUP: i8 = 0;
@@ -87,7 +88,13 @@ impl Subject<'_> {
                 Op::DescribeConfigs,
                 Op::AlterConfigs,
             ],
-            Rt::Group => &[Op::Read, Op::Describe, Op::Delete],
+            Rt::Group => &[
+                Op::Read,
+                Op::Describe,
+                Op::Delete,
+                Op::DescribeConfigs,
+                Op::AlterConfigs,
+            ],
             Rt::Cluster => &[
                 Op::Create,
                 Op::ClusterAction,
@@ -751,6 +758,130 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
                 AlterUserScramCredentialsResponse::default().with_results(results),
             ))
         }
+        Rq::ShareGroupHeartbeat(req) => {
+            let code = if !s.may_group(Op::Read, &req.group_id) {
+                GROUP_DENIED
+            } else if req
+                .subscribed_topic_names
+                .iter()
+                .flatten()
+                .any(|t| !s.may_topic(Op::Describe, t))
+            {
+                TOPIC_DENIED
+            } else {
+                return Gate::Pass(Rq::ShareGroupHeartbeat(req), None);
+            };
+            Gate::Answer(ResponseKind::ShareGroupHeartbeat(
+                ShareGroupHeartbeatResponse::default()
+                    .with_error_code(code)
+                    .with_error_message(denied_message(if code == GROUP_DENIED {
+                        "READ on the group"
+                    } else {
+                        "DESCRIBE on a subscribed topic"
+                    }))
+                    .with_member_epoch(-1),
+            ))
+        }
+        Rq::ShareGroupDescribe(req) => {
+            let asked = req.include_authorized_operations;
+            Gate::Pass(
+                Rq::ShareGroupDescribe(req),
+                patch(move |r, s| {
+                    let ResponseKind::ShareGroupDescribe(r) = r else {
+                        return;
+                    };
+                    for g in &mut r.groups {
+                        if !s.may_group(Op::Describe, &g.group_id) {
+                            *g = share_group_describe_response::DescribedGroup::default()
+                                .with_group_id(std::mem::take(&mut g.group_id))
+                                .with_error_code(GROUP_DENIED)
+                                .with_authorized_operations(i32::MIN);
+                        } else if asked {
+                            g.authorized_operations = s.operations(Rt::Group, &g.group_id);
+                        }
+                    }
+                }),
+            )
+        }
+        Rq::ShareFetch(req) => {
+            let topics = req.topics.iter().map(|t| t.topic_id);
+            match share_denied(broker, s, req.group_id.as_ref(), topics) {
+                None => Gate::Pass(Rq::ShareFetch(req), None),
+                Some((code, what)) => Gate::Answer(ResponseKind::ShareFetch(
+                    ShareFetchResponse::default()
+                        .with_error_code(code)
+                        .with_error_message(denied_message(what)),
+                )),
+            }
+        }
+        Rq::ShareAcknowledge(req) => {
+            let topics = req.topics.iter().map(|t| t.topic_id);
+            match share_denied(broker, s, req.group_id.as_ref(), topics) {
+                None => Gate::Pass(Rq::ShareAcknowledge(req), None),
+                Some((code, what)) => Gate::Answer(ResponseKind::ShareAcknowledge(
+                    ShareAcknowledgeResponse::default()
+                        .with_error_code(code)
+                        .with_error_message(denied_message(what)),
+                )),
+            }
+        }
+        Rq::DescribeShareGroupOffsets(req) => Gate::Pass(
+            Rq::DescribeShareGroupOffsets(req),
+            patch(|r, s| {
+                let ResponseKind::DescribeShareGroupOffsets(r) = r else {
+                    return;
+                };
+                for g in &mut r.groups {
+                    if !s.may_group(Op::Describe, &g.group_id) {
+                        *g = describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup::default()
+                            .with_group_id(std::mem::take(&mut g.group_id))
+                            .with_error_code(GROUP_DENIED)
+                            .with_error_message(denied_message("DESCRIBE on the group"));
+                    } else {
+                        g.topics
+                            .retain(|t| s.may_topic(Op::Describe, &t.topic_name));
+                    }
+                }
+            }),
+        ),
+        Rq::AlterShareGroupOffsets(req) => {
+            let code = if !s.may_group(Op::Read, &req.group_id) {
+                GROUP_DENIED
+            } else if req
+                .topics
+                .iter()
+                .any(|t| !s.may_topic(Op::Read, &t.topic_name))
+            {
+                TOPIC_DENIED
+            } else {
+                return Gate::Pass(Rq::AlterShareGroupOffsets(req), None);
+            };
+            Gate::Answer(ResponseKind::AlterShareGroupOffsets(
+                AlterShareGroupOffsetsResponse::default()
+                    .with_error_code(code)
+                    .with_error_message(denied_message("READ on the group and its topics")),
+            ))
+        }
+        Rq::DeleteShareGroupOffsets(req) => {
+            let code = if !s.may_group(Op::Delete, &req.group_id) {
+                GROUP_DENIED
+            } else if req
+                .topics
+                .iter()
+                .any(|t| !s.may_topic(Op::Read, &t.topic_name))
+            {
+                TOPIC_DENIED
+            } else {
+                return Gate::Pass(Rq::DeleteShareGroupOffsets(req), None);
+            };
+            Gate::Answer(ResponseKind::DeleteShareGroupOffsets(
+                DeleteShareGroupOffsetsResponse::default()
+                    .with_error_code(code)
+                    .with_error_message(denied_message(
+                        "DELETE on the group and READ on its topics",
+                    )),
+            ))
+        }
         // ApiVersions, the SASL exchange: needed before anyone is known.
         other => Gate::Pass(other, None),
     }
@@ -1072,6 +1203,7 @@ fn offset_fetch(s: &Subject<'_>, mut req: OffsetFetchRequest, version: i16) -> G
 fn may_config(s: &Subject<'_>, op: Op, resource_type: i8, name: &str) -> bool {
     match resource_type {
         CONFIG_TOPIC => s.may_topic(op, name),
+        CONFIG_GROUP => s.may_group(op, name),
         CONFIG_BROKER | CONFIG_BROKER_LOGGER => s.may_cluster(op),
         // Another type is the handler's to refuse (INVALID_REQUEST).
         _ => true,
@@ -1081,6 +1213,8 @@ fn may_config(s: &Subject<'_>, op: Op, resource_type: i8, name: &str) -> bool {
 fn config_denied_code(resource_type: i8) -> i16 {
     if resource_type == CONFIG_TOPIC {
         TOPIC_DENIED
+    } else if resource_type == CONFIG_GROUP {
+        GROUP_DENIED
     } else {
         CLUSTER_DENIED
     }
@@ -1105,4 +1239,25 @@ fn topic_name_of(broker: &Broker, id: Uuid) -> Option<String> {
         .into_iter()
         .find(|t| t.id == id)
         .map(|t| t.name.clone())
+}
+
+/// Why a ShareFetch or ShareAcknowledge is refused: READ on its group and on every topic it
+/// names (by id; an id this broker does not know is the handler's to answer).
+fn share_denied(
+    broker: &Broker,
+    s: &Subject<'_>,
+    group: Option<&GroupId>,
+    topics: impl Iterator<Item = Uuid>,
+) -> Option<(i16, &'static str)> {
+    if group.is_some_and(|g| !s.may_group(Op::Read, g)) {
+        return Some((GROUP_DENIED, "READ on the group"));
+    }
+    for id in topics {
+        if let Some(name) = topic_name_of(broker, id)
+            && !s.may_topic(Op::Read, &name)
+        {
+            return Some((TOPIC_DENIED, "READ on a topic"));
+        }
+    }
+    None
 }

@@ -664,9 +664,9 @@ impl Broker {
                         .boxed()
                 }
             }
-            RequestKind::ApiVersions(_) => {
-                ready(ResponseKind::ApiVersions(handlers::api_versions::handle()))
-            }
+            RequestKind::ApiVersions(_) => ready(ResponseKind::ApiVersions(
+                handlers::api_versions::listed(self.cluster.is_some()),
+            )),
             RequestKind::Metadata(req) => {
                 handlers::metadata::start(self, req, version, &client_id, listener)
             }
@@ -817,6 +817,53 @@ impl Broker {
             RequestKind::ConsumerGroupDescribe(req) => async move {
                 Some(ResponseKind::ConsumerGroupDescribe(
                     handlers::consumer_group::describe(&this, req, version).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::ShareGroupHeartbeat(req) => {
+                self.start_group_timer();
+                async move {
+                    let r = handlers::share_group::heartbeat(&this, req, client_id, client_host);
+                    Some(ResponseKind::ShareGroupHeartbeat(r.await))
+                }
+                .boxed()
+            }
+            RequestKind::ShareGroupDescribe(req) => async move {
+                Some(ResponseKind::ShareGroupDescribe(
+                    handlers::share_group::describe(&this, req).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::ShareFetch(req) => {
+                self.start_group_timer();
+                async move {
+                    Some(ResponseKind::ShareFetch(
+                        handlers::share_group::fetch(&this, req).await,
+                    ))
+                }
+                .boxed()
+            }
+            RequestKind::ShareAcknowledge(req) => async move {
+                Some(ResponseKind::ShareAcknowledge(
+                    handlers::share_group::acknowledge(&this, req).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::DescribeShareGroupOffsets(req) => async move {
+                Some(ResponseKind::DescribeShareGroupOffsets(
+                    handlers::share_group::describe_offsets(&this, req).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::AlterShareGroupOffsets(req) => async move {
+                Some(ResponseKind::AlterShareGroupOffsets(
+                    handlers::share_group::alter_offsets(&this, req).await,
+                ))
+            }
+            .boxed(),
+            RequestKind::DeleteShareGroupOffsets(req) => async move {
+                Some(ResponseKind::DeleteShareGroupOffsets(
+                    handlers::share_group::delete_offsets(&this, req).await,
                 ))
             }
             .boxed(),

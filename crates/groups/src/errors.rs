@@ -140,6 +140,19 @@ pub enum GroupError {
         member_epoch: i32,
         current_epoch: i32,
     },
+    /// Something this broker does not serve in its mode (share groups in cluster mode).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A group config that does not exist or whose value is out of range.
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// A share session request (ShareFetch, ShareAcknowledge) for a session the broker does
+    /// not have: the client opens a new one (retriable).
+    #[error("{0}")]
+    ShareSessionNotFound(String),
+    /// A share session request with an epoch other than the session's next one.
+    #[error("{0}")]
+    InvalidShareSessionEpoch(String),
     /// KIP-848 heartbeat naming a server assignor this broker does not have.
     #[error("{0}")]
     UnsupportedAssignor(String),
@@ -228,6 +241,10 @@ impl GroupError {
             GroupError::StaleMemberEpoch { .. } => ResponseError::StaleMemberEpoch,
             GroupError::UnsupportedAssignor(_) => ResponseError::UnsupportedAssignor,
             GroupError::InvalidRegularExpression(_) => ResponseError::InvalidRegularExpression,
+            GroupError::Unsupported(_) => ResponseError::UnsupportedVersion,
+            GroupError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            GroupError::ShareSessionNotFound(_) => ResponseError::ShareSessionNotFound,
+            GroupError::InvalidShareSessionEpoch(_) => ResponseError::InvalidShareSessionEpoch,
             GroupError::Store(e) => return store_error_code(&e.0),
         };
         error.code()

@@ -42,6 +42,8 @@ pub mod classic;
 pub mod consumer;
 pub mod errors;
 pub mod ownership;
+pub mod share;
+pub mod share_api;
 pub mod store;
 mod takeover;
 
@@ -62,6 +64,8 @@ use classic::{ClassicConfig, ClassicGroup};
 use consumer::{ConsumerConfig, ConsumerGroup};
 pub use errors::{GroupError, SharedStoreError};
 pub use ownership::{GroupOwnership, OwnerEpoch, Take, TakenGroup, Written};
+use share::{ShareGroup, ShareSettings};
+use share_api::share_settings;
 pub use store::{CommittedOffset, GroupRecord, GroupStore, StoreError};
 use takeover::Backend;
 
@@ -88,6 +92,8 @@ const UNUSED_LEASE_KEEP_MS: i64 = 60_000;
 pub struct GroupConfig {
     pub classic: ClassicConfig,
     pub consumer: ConsumerConfig,
+    /// Share groups' defaults (`group.share.*`); each group's configs override them.
+    pub share: ShareSettings,
     /// Most groups this broker keeps (each costs memory and store records).
     pub groups_max: usize,
 }
@@ -107,6 +113,7 @@ impl Default for GroupConfig {
                 members_max: 1_000,
                 default_assignor: AssignorKind::Uniform,
             },
+            share: ShareSettings::default(),
             groups_max: 10_000,
         }
     }
@@ -148,6 +155,7 @@ impl GroupConfig {
 pub enum GroupType {
     Classic,
     Consumer,
+    Share,
 }
 
 impl GroupType {
@@ -155,6 +163,7 @@ impl GroupType {
         match self {
             GroupType::Classic => "classic",
             GroupType::Consumer => "consumer",
+            GroupType::Share => "share",
         }
     }
 }
@@ -178,6 +187,7 @@ pub type PartitionOutcomes = Vec<(String, Vec<(i32, Result<(), GroupError>)>)>;
 enum Kind {
     Classic(ClassicGroup),
     Consumer(ConsumerGroup),
+    Share(ShareGroup),
 }
 
 #[derive(Debug)]
@@ -189,6 +199,9 @@ struct Group {
     /// The lease this broker holds the group at; every write names it (always
     /// `OwnerEpoch(0)` with the file store).
     epoch: OwnerEpoch,
+    /// The group's configs (DescribeConfigs/IncrementalAlterConfigs on GROUP resources),
+    /// kept with its snapshot; they outlive a change of the group's type.
+    configs: BTreeMap<String, String>,
 }
 
 impl Group {
@@ -199,6 +212,7 @@ impl Group {
             joins: HashMap::new(),
             syncs: HashMap::new(),
             epoch,
+            configs: BTreeMap::new(),
         }
     }
 
@@ -223,6 +237,7 @@ impl Group {
         match &self.kind {
             Kind::Classic(g) => g.member_count() == 0,
             Kind::Consumer(g) => g.member_count() == 0,
+            Kind::Share(g) => g.member_count() == 0,
         }
     }
 
@@ -230,6 +245,7 @@ impl Group {
         match self.kind {
             Kind::Classic(_) => GroupType::Classic,
             Kind::Consumer(_) => GroupType::Consumer,
+            Kind::Share(_) => GroupType::Share,
         }
     }
 
@@ -237,6 +253,7 @@ impl Group {
         match &self.kind {
             Kind::Classic(g) => g.state().name(),
             Kind::Consumer(g) => g.state().name(),
+            Kind::Share(g) => g.state().name(),
         }
     }
 
@@ -244,24 +261,33 @@ impl Group {
         match &self.kind {
             Kind::Classic(g) => g.next_deadline(),
             Kind::Consumer(g) => g.next_deadline(),
+            Kind::Share(g) => g.next_deadline(),
         }
     }
 
     fn snapshot(&self) -> serde_json::Value {
-        match &self.kind {
+        let mut value = match &self.kind {
             Kind::Classic(g) => {
                 serde_json::json!({ "type": "classic", "snapshot": g.snapshot() })
             }
             Kind::Consumer(g) => {
                 serde_json::json!({ "type": "consumer", "snapshot": g.snapshot() })
             }
+            Kind::Share(g) => {
+                serde_json::json!({ "type": "share", "snapshot": g.snapshot() })
+            }
+        };
+        if !self.configs.is_empty() {
+            value["configs"] = serde_json::json!(self.configs);
         }
+        value
     }
 
     fn subscribed_topics(&self) -> Vec<String> {
         match &self.kind {
             Kind::Classic(g) => g.subscribed_topics(),
             Kind::Consumer(g) => g.subscribed_topics(),
+            Kind::Share(g) => g.subscribed_topics(),
         }
     }
 }
@@ -494,7 +520,7 @@ impl Coordinator {
                 .iter()
                 .filter(|(_, g)| {
                     g.next_deadline().is_some_and(|d| d <= now)
-                        || (metadata_due && matches!(g.kind, Kind::Consumer(_)))
+                        || (metadata_due && matches!(g.kind, Kind::Consumer(_) | Kind::Share(_)))
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
@@ -503,7 +529,7 @@ impl Coordinator {
             }
             let needs_topics = due
                 .iter()
-                .any(|id| matches!(inner.groups[id].kind, Kind::Consumer(_)));
+                .any(|id| matches!(inner.groups[id].kind, Kind::Consumer(_) | Kind::Share(_)));
             let topics = if needs_topics {
                 topics()
             } else {
@@ -526,6 +552,7 @@ impl Coordinator {
                         g.tick(now, &topics, &mut effects);
                         !effects.is_empty()
                     }
+                    Kind::Share(g) => g.tick(now, &topics),
                 };
                 if persist {
                     // Queued now; nobody waits on a timer's change (no answer reveals it).
@@ -602,6 +629,10 @@ impl Coordinator {
                 group_id.to_owned(),
                 self.config.consumer.clone(),
             )),
+            GroupType::Share => Kind::Share(ShareGroup::new(
+                group_id.to_owned(),
+                self.config.share.clone(),
+            )),
         };
         match inner.groups.entry(group_id.to_owned()) {
             std::collections::hash_map::Entry::Occupied(e) => {
@@ -614,6 +645,9 @@ impl Coordinator {
                         });
                     }
                     group.kind = new_kind();
+                    if let Kind::Share(g) = &mut group.kind {
+                        g.set_settings(self.share_settings(&group.configs));
+                    }
                 }
                 Ok(group)
             }
@@ -810,7 +844,7 @@ impl Coordinator {
         self.check_owned(&mut inner, group_id)?;
         match inner.groups.get(group_id).map(|g| &g.kind) {
             Some(Kind::Consumer(g)) => Ok(g.describe(topics)),
-            Some(Kind::Classic(_)) => Err(GroupError::GroupIdNotFound {
+            Some(Kind::Classic(_) | Kind::Share(_)) => Err(GroupError::GroupIdNotFound {
                 group_id: group_id.to_owned(),
                 expected: Some(GroupType::Consumer),
             }),
@@ -830,7 +864,7 @@ impl Coordinator {
         self.check_owned(&mut inner, group_id)?;
         match inner.groups.get(group_id).map(|g| &g.kind) {
             Some(Kind::Classic(g)) => Ok(Some(g.describe())),
-            Some(Kind::Consumer(_)) => Err(GroupError::GroupIdNotFound {
+            Some(Kind::Consumer(_) | Kind::Share(_)) => Err(GroupError::GroupIdNotFound {
                 group_id: group_id.to_owned(),
                 expected: Some(GroupType::Classic),
             }),
@@ -852,6 +886,7 @@ impl Coordinator {
                 protocol_type: match &g.kind {
                     Kind::Classic(c) => c.protocol_type().to_owned(),
                     Kind::Consumer(_) => "consumer".to_owned(),
+                    Kind::Share(_) => "share".to_owned(),
                 },
                 state: g.state_name(),
             })
@@ -976,6 +1011,12 @@ impl Coordinator {
                     g.validate_offset_commit(member_id, group_instance_id, generation_or_epoch)?
                 }
                 Kind::Consumer(g) => g.validate_offset_commit(member_id, generation_or_epoch)?,
+                Kind::Share(_) => {
+                    return Err(GroupError::GroupTypeInUse {
+                        group_id: group_id.to_owned(),
+                        active: GroupType::Share,
+                    });
+                }
             }
             if offsets.is_empty() {
                 return Ok(());
@@ -1222,7 +1263,12 @@ fn restored_group(
     epoch: OwnerEpoch,
     now: i64,
 ) -> Option<Group> {
-    let kind = match snapshot.map(|value| restore(id, config, value, now)) {
+    let configs: BTreeMap<String, String> = snapshot
+        .as_ref()
+        .and_then(|v| v.get("configs"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    let kind = match snapshot.map(|value| restore(id, config, &configs, value, now)) {
         Some(Ok(kind)) => Some(kind),
         Some(Err(e)) => {
             tracing::error!(group = %id, error = %e, "group snapshot unreadable; the group starts empty (its committed offsets are kept)");
@@ -1232,11 +1278,15 @@ fn restored_group(
     };
     let kind = match kind {
         Some(kind) => kind,
-        None if offsets.is_empty() => return None,
+        None if offsets.is_empty() && configs.is_empty() => return None,
         None => Kind::Classic(ClassicGroup::new(id.to_owned(), config.classic.clone())),
     };
     let mut group = Group::new(kind, epoch);
     group.offsets = offsets;
+    group.configs = configs;
+    if let Kind::Share(g) = &mut group.kind {
+        g.set_settings(share_settings(&config.share, &group.configs));
+    }
     Some(group)
 }
 
@@ -1244,6 +1294,7 @@ fn restored_group(
 fn restore(
     id: &str,
     config: &GroupConfig,
+    configs: &BTreeMap<String, String>,
     value: serde_json::Value,
     now: i64,
 ) -> Result<Kind, String> {
@@ -1264,6 +1315,14 @@ fn restore(
             ConsumerGroup::restore(id.to_owned(), config.consumer.clone(), snapshot, now)
                 .map(Kind::Consumer)
         }
+        "share" => ShareGroup::restore(
+            id.to_owned(),
+            share_settings(&config.share, configs),
+            snapshot,
+            now,
+            &BTreeMap::new(),
+        )
+        .map(Kind::Share),
         other => Err(format!("unknown group type {other:?}")),
     }
 }

@@ -1,13 +1,32 @@
 //! ApiVersions: what this broker implements (from `sluice_protocol::versions::SUPPORTED`).
 
+use sluice_protocol::kafka_protocol::messages::ApiKey;
 use sluice_protocol::kafka_protocol::messages::ApiVersionsResponse;
 use sluice_protocol::kafka_protocol::messages::api_versions_response::ApiVersion;
 use sluice_protocol::versions::SUPPORTED;
 
 pub fn handle() -> ApiVersionsResponse {
+    listed(false)
+}
+
+/// The APIs of share groups (KIP-932), which a broker in cluster mode does not serve yet.
+pub const SHARE_APIS: [ApiKey; 7] = [
+    ApiKey::ShareGroupHeartbeat,
+    ApiKey::ShareGroupDescribe,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
+    ApiKey::DescribeShareGroupOffsets,
+    ApiKey::AlterShareGroupOffsets,
+    ApiKey::DeleteShareGroupOffsets,
+];
+
+/// What this broker serves: everything in `SUPPORTED`, less share groups in cluster mode
+/// (clients then report share groups as unsupported, as with a Kafka that has them off).
+pub fn listed(cluster: bool) -> ApiVersionsResponse {
     ApiVersionsResponse::default().with_api_keys(
         SUPPORTED
             .iter()
+            .filter(|(api, _, _)| !(cluster && SHARE_APIS.contains(api)))
             .map(|&(api, min, max)| {
                 ApiVersion::default()
                     .with_api_key(api as i16)

@@ -28,10 +28,12 @@ use crate::{Broker, TopicConfig, errors};
 /// Config resource types.
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_GROUP: i8 = 32;
 /// Config sources (DescribeConfigs v1+).
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
+const SOURCE_GROUP: i8 = 8;
 /// Config types (v3+).
 const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
@@ -43,6 +45,11 @@ fn config_type(name: &str) -> i8 {
         "cleanup.policy" => TYPE_LIST,
         "max.message.bytes" | "segment.bytes" => TYPE_INT,
         "retention.ms" | "retention.bytes" | "segment.ms" => TYPE_LONG,
+        "share.session.timeout.ms"
+        | "share.heartbeat.interval.ms"
+        | "share.record.lock.duration.ms"
+        | "share.delivery.count.limit"
+        | "share.partition.max.record.locks" => TYPE_INT,
         _ => TYPE_STRING,
     }
 }
@@ -132,6 +139,22 @@ pub fn describe(
                             .collect(),
                     )
                 }
+                RESOURCE_GROUP => result.with_configs(
+                    broker
+                        .groups()
+                        .group_configs(&r.resource_name)
+                        .into_iter()
+                        .filter(|c| wanted(c.name))
+                        .map(|c| {
+                            let source = if c.is_set {
+                                SOURCE_GROUP
+                            } else {
+                                SOURCE_DEFAULT
+                            };
+                            entry(c.name, c.value, source)
+                        })
+                        .collect(),
+                ),
                 other => refuse(AdminError::DescribeResourceType(other)),
             }
         })
@@ -252,8 +275,93 @@ fn fresh<Req: Send + 'static>(
     .boxed()
 }
 
-pub fn incremental_alter(broker: &Arc<Broker>, req: IncrementalAlterConfigsRequest) -> Answer {
-    fresh(broker, req, incremental_alter_now)
+pub fn incremental_alter(broker: &Arc<Broker>, mut req: IncrementalAlterConfigsRequest) -> Answer {
+    if req
+        .resources
+        .iter()
+        .all(|r| r.resource_type != RESOURCE_GROUP)
+    {
+        return fresh(broker, req, incremental_alter_now);
+    }
+    // Group configs go to the group coordinator; the rest as any alter, then the answers are
+    // put back in the request's order.
+    let resources = std::mem::take(&mut req.resources);
+    let order: Vec<bool> = resources
+        .iter()
+        .map(|r| r.resource_type == RESOURCE_GROUP)
+        .collect();
+    let (groups, others): (Vec<_>, Vec<_>) = resources
+        .into_iter()
+        .partition(|r| r.resource_type == RESOURCE_GROUP);
+    let validate_only = req.validate_only;
+    let rest = (!others.is_empty()).then(|| {
+        req.resources = others;
+        fresh(broker, req, incremental_alter_now)
+    });
+    let broker = Arc::clone(broker);
+    async move {
+        let mut group_answers = Vec::with_capacity(groups.len());
+        for r in groups {
+            let changes: Result<Vec<_>, AdminError> = r
+                .configs
+                .iter()
+                .map(|c| match c.config_operation {
+                    0 => Ok((c.name.to_string(), c.value.as_ref().map(|v| v.to_string()))),
+                    1 => Ok((c.name.to_string(), None)),
+                    op => Err(AdminError::NotAList {
+                        op,
+                        name: c.name.to_string(),
+                    }),
+                })
+                .collect();
+            let response =
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name.clone());
+            let outcome = match changes {
+                Err(e) => Err((errors::admin_error_code(&e), e.to_string())),
+                Ok(changes) => broker
+                    .groups()
+                    .alter_group_configs(&r.resource_name, changes, false, validate_only)
+                    .await
+                    .map_err(|e| (e.code(), e.to_string())),
+            };
+            group_answers.push(match outcome {
+                Ok(()) => {
+                    if !validate_only {
+                        tracing::info!(group = %&*r.resource_name, "group configs altered");
+                    }
+                    response
+                }
+                Err((code, message)) => response
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(message))),
+            });
+        }
+        let mut other_answers = match rest {
+            Some(rest) => match rest.await {
+                Some(ResponseKind::IncrementalAlterConfigs(r)) => r.responses,
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        }
+        .into_iter();
+        let mut group_answers = group_answers.into_iter();
+        let responses = order
+            .into_iter()
+            .filter_map(|is_group| {
+                if is_group {
+                    group_answers.next()
+                } else {
+                    other_answers.next()
+                }
+            })
+            .collect();
+        Some(ResponseKind::IncrementalAlterConfigs(
+            IncrementalAlterConfigsResponse::default().with_responses(responses),
+        ))
+    }
+    .boxed()
 }
 
 pub fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> Answer {

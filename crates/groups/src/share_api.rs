@@ -1,0 +1,619 @@
+//! The coordinator's share-group requests (KIP-932): ShareGroupHeartbeat, the share session
+//! and acknowledgement part of ShareFetch and ShareAcknowledge, acquisition, describe, the
+//! share-partition offsets admin APIs, and the group configs (DescribeConfigs and
+//! IncrementalAlterConfigs on GROUP resources).
+//!
+//! Share-partition state lives with the group, on the group's coordinator: this broker, in
+//! local and object-storage modes. Reads from the log happen under the coordinator's lock
+//! through a [`ShareLog`] the broker gives (synchronous reads of bytes already local; a read
+//! that needs a load first is reported back so the broker loads it and asks again).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use crate::assignor::TopicInfo;
+use crate::share::{
+    self, AckError, AckOutcome, AcquirePolicy, Acquired, AutoOffsetReset, SessionOutcome,
+    ShareSettings, TopicPartition,
+};
+use crate::{Coordinator, Durable, GroupError, GroupType, Kind};
+
+/// The log as share fetches read it.
+pub trait ShareLog {
+    /// `(log start offset, high watermark)` of a partition; `None` if it does not exist.
+    fn offsets(&self, tp: TopicPartition) -> Option<(i64, i64)>;
+    /// Whole batches from `offset`, about `max_bytes` at most (at least one batch), and the
+    /// first offset after them.
+    fn read(&self, tp: TopicPartition, offset: i64, max_bytes: usize) -> ShareRead;
+}
+
+/// What a [`ShareLog::read`] found.
+#[derive(Debug)]
+pub enum ShareRead {
+    /// Batches and the offset after the last of them (`bytes` empty: nothing to read).
+    Records { bytes: Bytes, end: i64 },
+    /// The range must be brought in first (object storage): load it and fetch again.
+    NeedsLoad,
+    /// The read failed: a Kafka error code and a message.
+    Failed(i16, String),
+}
+
+/// One partition's acknowledgement batches: `(first offset, last offset, types)` each.
+pub type AckBatches = Vec<(i64, i64, Vec<i8>)>;
+
+/// One partition of a share fetch's answer.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionFetched {
+    pub tp: TopicPartition,
+    /// A Kafka error code and message for the partition's fetch.
+    pub error: Option<(i16, String)>,
+    pub records: Option<Bytes>,
+    pub acquired: Vec<Acquired>,
+}
+
+/// A partition a share fetch must load (object storage) before it can read it.
+pub type Load = (TopicPartition, i64);
+
+/// Names and defaults of every group config a group can be given.
+pub const GROUP_CONFIGS: &[&str] = &[
+    "share.session.timeout.ms",
+    "share.heartbeat.interval.ms",
+    "share.record.lock.duration.ms",
+    "share.delivery.count.limit",
+    "share.partition.max.record.locks",
+    "share.auto.offset.reset",
+    "share.isolation.level",
+    "share.acquire.policy",
+];
+
+/// Bounds on the numeric group configs: `(name, min, max)`.
+const NUMERIC_BOUNDS: &[(&str, i64, i64)] = &[
+    ("share.session.timeout.ms", 1_000, 1_800_000),
+    ("share.heartbeat.interval.ms", 100, 600_000),
+    ("share.record.lock.duration.ms", 1_000, 3_600_000),
+    ("share.delivery.count.limit", 2, 10),
+    ("share.partition.max.record.locks", 100, 10_000),
+];
+
+/// The effective settings of a share group: `defaults` with its `configs` on top (configs
+/// were validated when set; a value that does not parse keeps the default).
+pub(crate) fn share_settings(
+    defaults: &ShareSettings,
+    configs: &BTreeMap<String, String>,
+) -> ShareSettings {
+    let mut s = defaults.clone();
+    let num = |name: &str| configs.get(name).and_then(|v| v.parse::<i64>().ok());
+    if let Some(v) = num("share.session.timeout.ms") {
+        s.session_timeout_ms = i32::try_from(v).unwrap_or(s.session_timeout_ms);
+    }
+    if let Some(v) = num("share.heartbeat.interval.ms") {
+        s.heartbeat_interval_ms = i32::try_from(v).unwrap_or(s.heartbeat_interval_ms);
+    }
+    if let Some(v) = num("share.record.lock.duration.ms") {
+        s.record_lock_duration_ms = v;
+    }
+    if let Some(v) = num("share.delivery.count.limit") {
+        s.delivery_count_limit = i16::try_from(v).unwrap_or(s.delivery_count_limit);
+    }
+    if let Some(v) = num("share.partition.max.record.locks") {
+        s.max_record_locks = u32::try_from(v).unwrap_or(s.max_record_locks);
+    }
+    if let Some(v) = configs
+        .get("share.auto.offset.reset")
+        .and_then(|v| AutoOffsetReset::from_name(v))
+    {
+        s.auto_offset_reset = v;
+    }
+    if let Some(v) = configs
+        .get("share.acquire.policy")
+        .and_then(|v| AcquirePolicy::from_name(v))
+    {
+        s.acquire_policy = v;
+    }
+    s
+}
+
+/// The value a group config has when the group does not set it.
+fn default_value(defaults: &ShareSettings, name: &str) -> String {
+    match name {
+        "share.session.timeout.ms" => defaults.session_timeout_ms.to_string(),
+        "share.heartbeat.interval.ms" => defaults.heartbeat_interval_ms.to_string(),
+        "share.record.lock.duration.ms" => defaults.record_lock_duration_ms.to_string(),
+        "share.delivery.count.limit" => defaults.delivery_count_limit.to_string(),
+        "share.partition.max.record.locks" => defaults.max_record_locks.to_string(),
+        "share.auto.offset.reset" => defaults.auto_offset_reset.name().to_owned(),
+        "share.isolation.level" => "read_uncommitted".to_owned(),
+        "share.acquire.policy" => defaults.acquire_policy.name().to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Checks one group config value; the error says what to fix.
+fn validate_config(name: &str, value: &str) -> Result<(), GroupError> {
+    let invalid = |why: String| GroupError::InvalidConfig(why);
+    if let Some(&(_, min, max)) = NUMERIC_BOUNDS.iter().find(|(n, _, _)| *n == name) {
+        let v: i64 = value
+            .parse()
+            .map_err(|_| invalid(format!("{name} must be a whole number, got '{value}'")))?;
+        if !(min..=max).contains(&v) {
+            return Err(invalid(format!(
+                "{name} must be between {min} and {max}, got {v}"
+            )));
+        }
+        return Ok(());
+    }
+    match name {
+        "share.auto.offset.reset" if AutoOffsetReset::from_name(value).is_none() => Err(invalid(
+            format!("share.auto.offset.reset must be 'earliest' or 'latest', got '{value}'"),
+        )),
+        // Transactions are refused at produce, so both levels read the same records.
+        "share.isolation.level" if value != "read_uncommitted" && value != "read_committed" => {
+            Err(invalid(format!(
+                "share.isolation.level must be 'read_uncommitted' or 'read_committed', got '{value}'"
+            )))
+        }
+        "share.acquire.policy" if AcquirePolicy::from_name(value).is_none() => Err(invalid(
+            format!("share.acquire.policy must be 'fair' or 'greedy', got '{value}'"),
+        )),
+        n if GROUP_CONFIGS.contains(&n) => Ok(()),
+        _ => Err(invalid(format!(
+            "unknown group config '{name}'; group configs are: {}",
+            GROUP_CONFIGS.join(", ")
+        ))),
+    }
+}
+
+/// One group config as DescribeConfigs reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupConfigEntry {
+    pub name: &'static str,
+    pub value: String,
+    /// Set on the group (else the broker's default).
+    pub is_set: bool,
+}
+
+/// One change of IncrementalAlterConfigs: set (`Some`) or delete (`None`) a config.
+pub type ConfigChange = (String, Option<String>);
+
+/// A share-partition's offsets for DescribeShareGroupOffsets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareOffset {
+    pub start_offset: i64,
+    pub lag: i64,
+}
+
+impl Coordinator {
+    /// Share groups are served by one broker (local and object-storage modes); in cluster mode
+    /// a share fetch reaches partition leaders other than the group's coordinator, which
+    /// would have to forward it: not built yet, so refused plainly.
+    fn share_served(&self) -> Result<(), GroupError> {
+        if self.is_shared() {
+            return Err(GroupError::Unsupported(
+                "share groups are not served in cluster mode yet: run them on a single broker (local or object storage)"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The effective settings of a share group with `configs`.
+    pub(crate) fn share_settings(&self, configs: &BTreeMap<String, String>) -> ShareSettings {
+        share_settings(&self.config.share, configs)
+    }
+
+    /// ShareGroupHeartbeat: answers after any change it made is durable.
+    pub async fn share_heartbeat(
+        &self,
+        group_id: &str,
+        req: share::HeartbeatRequest,
+        topics: &BTreeMap<Uuid, TopicInfo>,
+    ) -> share::HeartbeatResult {
+        let interval = self.config.share.heartbeat_interval_ms;
+        let error = |e| share::HeartbeatResult {
+            error: Some(e),
+            heartbeat_interval_ms: interval,
+            ..Default::default()
+        };
+        if let Err(e) = self.share_served() {
+            return error(e);
+        }
+        if let Err(e) = self.own_group(group_id).await {
+            return error(e);
+        }
+        let (result, durable) = {
+            let mut inner = self.lock();
+            let group = match self.group_for(&mut inner, group_id, GroupType::Share) {
+                Ok(g) => g,
+                Err(e) => return error(e),
+            };
+            let Kind::Share(g) = &mut group.kind else {
+                return error(not_share(group_id));
+            };
+            let (result, changed) = g.heartbeat(self.clock.now_ms(), req, topics);
+            let durable = changed.then(|| self.persist(group_id, group));
+            (result, durable)
+        };
+        if let Some(d) = durable
+            && let Err(e) = d.await
+        {
+            return error(GroupError::StateNotStored(e));
+        }
+        result
+    }
+
+    /// The session and acknowledgement part of a ShareFetch (`is_fetch`) or
+    /// ShareAcknowledge: checks the member and its session epoch, applies the
+    /// acknowledgements, then opens or closes the session as its epoch says. Returns the
+    /// session's partitions (empty when it closed), each partition's acknowledgement outcome,
+    /// and the durable write the answer must wait for.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn share_session(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+        adding: &[TopicPartition],
+        forgetting: &[TopicPartition],
+        acks: Vec<(TopicPartition, AckBatches)>,
+        is_fetch: bool,
+    ) -> Result<(Vec<TopicPartition>, Vec<(TopicPartition, AckOutcome)>), GroupError> {
+        self.share_served()?;
+        self.own_group(group_id).await?;
+        let (partitions, outcomes, durable) = {
+            let mut inner = self.lock();
+            self.check_owned(&mut inner, group_id)?;
+            let Some(group) = inner.groups.get_mut(group_id) else {
+                return Err(GroupError::unknown_member(group_id, member_id));
+            };
+            let Kind::Share(g) = &mut group.kind else {
+                return Err(not_share(group_id));
+            };
+            let now = self.clock.now_ms();
+            let boundary =
+                epoch == share::SESSION_OPEN_EPOCH || epoch == share::SESSION_CLOSE_EPOCH;
+            let mut partitions = if boundary {
+                None
+            } else {
+                Some(g.session(member_id, epoch, adding, forgetting, is_fetch)?)
+            };
+            let mut changed = false;
+            let mut outcomes = Vec::with_capacity(acks.len());
+            for (tp, batches) in acks {
+                let (outcome, c) = g.acknowledge(now, member_id, tp, &batches);
+                changed |= c;
+                outcomes.push((tp, outcome));
+            }
+            if boundary {
+                let outcome = g.session(member_id, epoch, adding, forgetting, is_fetch);
+                if epoch == share::SESSION_CLOSE_EPOCH {
+                    g.release_member(member_id);
+                }
+                match outcome {
+                    Ok(o) => partitions = Some(o),
+                    // Acknowledgements were applied: answer them even when the session
+                    // could not close (it was already gone).
+                    Err(e) if outcomes.is_empty() => return Err(e),
+                    Err(_) => partitions = Some(SessionOutcome::Closed),
+                }
+            }
+            let partitions = match partitions {
+                Some(SessionOutcome::Open(p)) => p,
+                _ => Vec::new(),
+            };
+            let durable: Option<Durable> = changed.then(|| self.persist(group_id, group));
+            (partitions, outcomes, durable)
+        };
+        if let Some(d) = durable
+            && let Err(e) = d.await
+        {
+            return Err(GroupError::StateNotStored(e));
+        }
+        Ok((partitions, outcomes))
+    }
+
+    /// Acquires records of `partitions` for the member and reads the batches that hold them,
+    /// `max_records` and `max_bytes` at most over all partitions (at least one batch). The
+    /// partitions to load first (object storage) come back in the second value, with no
+    /// records acquired for them.
+    pub fn share_acquire(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        partitions: &[TopicPartition],
+        max_records: u32,
+        max_bytes: usize,
+        log: &dyn ShareLog,
+    ) -> Result<(Vec<PartitionFetched>, Vec<Load>), GroupError> {
+        let mut inner = self.lock();
+        self.check_owned(&mut inner, group_id)?;
+        let Some(group) = inner.groups.get_mut(group_id) else {
+            return Err(GroupError::unknown_member(group_id, member_id));
+        };
+        let Kind::Share(g) = &mut group.kind else {
+            return Err(not_share(group_id));
+        };
+        let now = self.clock.now_ms();
+        let mut records_left = max_records.max(1);
+        let mut bytes_left = max_bytes.max(1);
+        let mut fetched = Vec::with_capacity(partitions.len());
+        let mut loads = Vec::new();
+        for &tp in partitions {
+            let mut out = PartitionFetched {
+                tp,
+                ..Default::default()
+            };
+            let Some((log_start, hwm)) = log.offsets(tp) else {
+                out.error = Some((
+                    sluice_protocol::kafka_protocol::ResponseError::UnknownTopicOrPartition.code(),
+                    "unknown topic or partition".to_owned(),
+                ));
+                fetched.push(out);
+                continue;
+            };
+            if records_left == 0 || bytes_left == 0 {
+                fetched.push(out);
+                continue;
+            }
+            let config = g.partition_config();
+            let partition = g.partition_mut(tp, log_start, hwm);
+            let Some(from) = partition.first_acquirable(hwm, &config) else {
+                fetched.push(out);
+                continue;
+            };
+            if g.at_cap(member_id, tp) {
+                fetched.push(out);
+                continue;
+            }
+            match log.read(tp, from, bytes_left) {
+                ShareRead::NeedsLoad => loads.push((tp, from)),
+                ShareRead::Failed(code, message) => out.error = Some((code, message)),
+                ShareRead::Records { bytes, end } => {
+                    if !bytes.is_empty() {
+                        let acquired = g.acquire(now, member_id, tp, records_left, end.min(hwm));
+                        let count: i64 = acquired
+                            .iter()
+                            .map(|a| a.last_offset - a.first_offset + 1)
+                            .sum();
+                        if !acquired.is_empty() {
+                            records_left = records_left
+                                .saturating_sub(u32::try_from(count).unwrap_or(u32::MAX));
+                            bytes_left = bytes_left.saturating_sub(bytes.len());
+                            out.records = Some(bytes);
+                            out.acquired = acquired;
+                        }
+                    }
+                }
+            }
+            fetched.push(out);
+        }
+        Ok((fetched, loads))
+    }
+
+    /// The record lock duration of a share group (ShareFetch's `acquisition_lock_timeout_ms`).
+    pub fn share_lock_duration_ms(&self, group_id: &str) -> i64 {
+        let inner = self.lock();
+        match inner.groups.get(group_id).map(|g| &g.kind) {
+            Some(Kind::Share(g)) => g.settings().record_lock_duration_ms,
+            _ => self.config.share.record_lock_duration_ms,
+        }
+    }
+
+    /// ShareGroupDescribe of one group.
+    pub fn describe_share(&self, group_id: &str) -> Result<share::GroupDescription, GroupError> {
+        self.share_served()?;
+        let mut inner = self.lock();
+        self.check_owned(&mut inner, group_id)?;
+        match inner.groups.get(group_id).map(|g| &g.kind) {
+            Some(Kind::Share(g)) => Ok(g.describe()),
+            Some(_) => Err(GroupError::GroupIdNotFound {
+                group_id: group_id.to_owned(),
+                expected: Some(GroupType::Share),
+            }),
+            None => Err(GroupError::GroupIdNotFound {
+                group_id: group_id.to_owned(),
+                expected: None,
+            }),
+        }
+    }
+
+    /// DescribeShareGroupOffsets: each asked partition's start offset and lag (`None`: the
+    /// group has not read it). `log` gives high watermarks for the lag.
+    pub fn share_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[TopicPartition],
+        log: &dyn ShareLog,
+    ) -> Result<Vec<(TopicPartition, Option<ShareOffset>)>, GroupError> {
+        self.share_served()?;
+        let mut inner = self.lock();
+        self.check_owned(&mut inner, group_id)?;
+        let g = match inner.groups.get(group_id).map(|g| &g.kind) {
+            Some(Kind::Share(g)) => g,
+            Some(_) => return Err(not_share(group_id)),
+            None => {
+                return Err(GroupError::GroupIdNotFound {
+                    group_id: group_id.to_owned(),
+                    expected: None,
+                });
+            }
+        };
+        Ok(partitions
+            .iter()
+            .map(|&tp| {
+                let offset = g.partition(tp).map(|p| ShareOffset {
+                    start_offset: p.start_offset(),
+                    lag: log.offsets(tp).map_or(-1, |(_, hwm)| p.lag(hwm)),
+                });
+                (tp, offset)
+            })
+            .collect())
+    }
+
+    /// The partitions a share group has state for (DescribeShareGroupOffsets of all topics).
+    pub fn share_partitions(&self, group_id: &str) -> Vec<TopicPartition> {
+        let inner = self.lock();
+        match inner.groups.get(group_id).map(|g| &g.kind) {
+            Some(Kind::Share(g)) => g
+                .describe()
+                .partitions
+                .iter()
+                .map(|p| (p.topic_id, p.partition))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// AlterShareGroupOffsets (`Some(offset)`) and DeleteShareGroupOffsets (`None`) of an
+    /// empty share group; one outcome per partition, after the change is durable.
+    pub async fn alter_share_offsets(
+        &self,
+        group_id: &str,
+        changes: Vec<(TopicPartition, Option<i64>)>,
+    ) -> Result<Vec<(TopicPartition, Result<(), GroupError>)>, GroupError> {
+        self.share_served()?;
+        self.own_group(group_id).await?;
+        let (outcomes, durable) = {
+            let mut inner = self.lock();
+            self.check_owned(&mut inner, group_id)?;
+            let group = match inner.groups.get_mut(group_id) {
+                Some(g) => g,
+                // Setting a start offset makes the group, as Kafka's tooling expects.
+                None if changes.iter().all(|(_, o)| o.is_some()) => {
+                    self.group_for(&mut inner, group_id, GroupType::Share)?
+                }
+                None => {
+                    return Err(GroupError::GroupIdNotFound {
+                        group_id: group_id.to_owned(),
+                        expected: None,
+                    });
+                }
+            };
+            if group.is_empty() && !matches!(group.kind, Kind::Share(_)) {
+                group.kind = Kind::Share(share::ShareGroup::new(
+                    group_id.to_owned(),
+                    share_settings(&self.config.share, &group.configs),
+                ));
+            }
+            let Kind::Share(g) = &mut group.kind else {
+                return Err(not_share(group_id));
+            };
+            let mut changed = false;
+            let outcomes: Vec<_> = changes
+                .into_iter()
+                .map(|(tp, offset)| {
+                    let outcome = match offset {
+                        Some(o) => g.reset_offset(tp, o),
+                        None => g.delete_offset(tp).map(|_| ()),
+                    };
+                    changed |= outcome.is_ok();
+                    (tp, outcome)
+                })
+                .collect();
+            (outcomes, changed.then(|| self.persist(group_id, group)))
+        };
+        if let Some(d) = durable {
+            d.await.map_err(GroupError::StateNotStored)?;
+        }
+        Ok(outcomes)
+    }
+
+    /// Every group config of `group_id` with its effective value (DescribeConfigs on a GROUP
+    /// resource; a group this broker does not hold has the defaults).
+    pub fn group_configs(&self, group_id: &str) -> Vec<GroupConfigEntry> {
+        let inner = self.lock();
+        let configs = inner
+            .groups
+            .get(group_id)
+            .map(|g| g.configs.clone())
+            .unwrap_or_default();
+        GROUP_CONFIGS
+            .iter()
+            .map(|&name| match configs.get(name) {
+                Some(v) => GroupConfigEntry {
+                    name,
+                    value: v.clone(),
+                    is_set: true,
+                },
+                None => GroupConfigEntry {
+                    name,
+                    value: default_value(&self.config.share, name),
+                    is_set: false,
+                },
+            })
+            .collect()
+    }
+
+    /// IncrementalAlterConfigs (or AlterConfigs, which replaces: `replace`) on a GROUP
+    /// resource: validates every change, then applies them all and answers once durable.
+    pub async fn alter_group_configs(
+        &self,
+        group_id: &str,
+        changes: Vec<ConfigChange>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        for (name, value) in &changes {
+            match value {
+                Some(v) => validate_config(name, v)?,
+                None if !GROUP_CONFIGS.contains(&name.as_str()) => {
+                    validate_config(name, "")?;
+                }
+                None => {}
+            }
+        }
+        if validate_only {
+            return Ok(());
+        }
+        self.own_group(group_id).await?;
+        let durable = {
+            let mut inner = self.lock();
+            self.check_owned(&mut inner, group_id)?;
+            // A group that does not exist yet keeps its configs until it does (an empty
+            // classic group converts to the type of its first member, keeping them).
+            let group = match inner.groups.get_mut(group_id) {
+                Some(g) => g,
+                None => self.group_for(&mut inner, group_id, GroupType::Classic)?,
+            };
+            if replace {
+                group.configs.clear();
+            }
+            for (name, value) in changes {
+                match value {
+                    Some(v) => {
+                        group.configs.insert(name, v);
+                    }
+                    None => {
+                        group.configs.remove(&name);
+                    }
+                }
+            }
+            let settings = share_settings(&self.config.share, &group.configs);
+            if let Kind::Share(g) = &mut group.kind {
+                g.set_settings(settings);
+            }
+            self.persist(group_id, group)
+        };
+        durable.await.map_err(GroupError::StateNotStored)
+    }
+}
+
+fn not_share(group_id: &str) -> GroupError {
+    GroupError::NotGroupType {
+        group_id: group_id.to_owned(),
+        expected: GroupType::Share,
+    }
+}
+
+/// Kafka's INVALID_RECORD_STATE for a refused acknowledgement, or INVALID_REQUEST.
+pub fn ack_error_code(e: &AckError) -> i16 {
+    use sluice_protocol::kafka_protocol::ResponseError;
+    match e {
+        AckError::InvalidRecordState(_) => ResponseError::InvalidRecordState.code(),
+        AckError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
+    }
+}
