@@ -722,7 +722,7 @@ fn every_refusal_keeps_its_code_and_message() {
         "alter broker",
         (code, message.as_deref()),
         E::InvalidRequest,
-        "only topic configs can be altered",
+        "only topic configs (and group configs, with IncrementalAlterConfigs) can be altered",
     );
     let (code, message) = alter(2, "nope", "retention.ms", "1");
     assert_refused(

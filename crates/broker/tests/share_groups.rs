@@ -513,3 +513,25 @@ fn share_groups_are_listed_described_and_configured() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_share_partition_started_at_the_log_end_keeps_its_start_across_a_restart() {
+    let mut f = Fixture::new(1);
+    f.produce(0, 5);
+    join(&f, "g", "m");
+    // `latest`: the partition starts at the log end, 5; nothing to acquire yet.
+    assert!(acquired(&f.fetch("g", "m", 0, 0, &[], 500)).is_empty());
+    f.produce(0, 3);
+    assert_eq!(
+        acquired(&f.fetch("g", "m", 1, 0, &[], 500)),
+        vec![(5, 1), (6, 1), (7, 1)]
+    );
+    // A crash before any acknowledgement: the start (5) was stored when the partition
+    // started, so the delivered records come back rather than being skipped.
+    f.reopen();
+    f.produce(0, 2);
+    // (Acquisitions are not stored, so their delivery counts start again: at-least-once.)
+    let got = acquired(&f.fetch("g", "m", 0, 0, &[], 500));
+    let offsets: Vec<i64> = got.iter().map(|&(o, _)| o).collect();
+    assert_eq!(offsets, vec![5, 6, 7, 8, 9]);
+}

@@ -52,7 +52,10 @@ pub struct ServeArgs {
     /// memory_limit, fetch_max_bytes,
     /// request_timeout_ms, connections_max_idle_ms, max_connections, max_connections_per_ip,
     /// max_message_bytes, group_initial_rebalance_delay_ms,
-    /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms, groups_max,
+    /// group_consumer_session_timeout_ms, group_consumer_heartbeat_interval_ms,
+    /// group_share_session_timeout_ms, group_share_heartbeat_interval_ms,
+    /// group_share_record_lock_duration_ms, group_share_delivery_count_limit,
+    /// group_share_partition_max_record_locks, group_share_max_size, groups_max,
     /// storage, object_linger_ms, object_max_bytes, object_puts_in_flight,
     /// object_put_timeout_ms, cache_bytes, metadata, rack)
     #[arg(long, env = "SLUICE_CONFIG")]

@@ -242,6 +242,30 @@ settings! {
         /// (group.consumer.heartbeat.interval.ms) [default: 5000]
         #[arg(long, env = "SLUICE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
         group_consumer_heartbeat_interval_ms: i32,
+        /// Share groups: a member that sends no heartbeat for this long is removed and its
+        /// records go to the others (group.share.session.timeout.ms; a group's
+        /// share.session.timeout.ms overrides it) [default: 45000]
+        #[arg(long, env = "SLUICE_GROUP_SHARE_SESSION_TIMEOUT_MS")]
+        group_share_session_timeout_ms: i32,
+        /// Share groups: how often members heartbeat (group.share.heartbeat.interval.ms)
+        /// [default: 5000]
+        #[arg(long, env = "SLUICE_GROUP_SHARE_HEARTBEAT_INTERVAL_MS")]
+        group_share_heartbeat_interval_ms: i32,
+        /// Share groups: how long a member holds a record it was given before it goes to
+        /// another member (group.share.record.lock.duration.ms) [default: 30000]
+        #[arg(long, env = "SLUICE_GROUP_SHARE_RECORD_LOCK_DURATION_MS")]
+        group_share_record_lock_duration_ms: i64,
+        /// Share groups: deliveries of a record before it is archived, never to be delivered
+        /// again (group.share.delivery.count.limit) [default: 5]
+        #[arg(long, env = "SLUICE_GROUP_SHARE_DELIVERY_COUNT_LIMIT")]
+        group_share_delivery_count_limit: i16,
+        /// Share groups: records of one partition in flight at once, shared fairly among the
+        /// members fetching it (group.share.partition.max.record.locks) [default: 2000]
+        #[arg(long, env = "SLUICE_GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS")]
+        group_share_partition_max_record_locks: u32,
+        /// Share groups: most members of one share group (group.share.max.size) [default: 200]
+        #[arg(long, env = "SLUICE_GROUP_SHARE_MAX_SIZE")]
+        group_share_max_size: usize,
         /// Most consumer groups the broker keeps [default: 10000]
         #[arg(long, env = "SLUICE_GROUPS_MAX")]
         groups_max: usize,
@@ -722,6 +746,25 @@ impl Settings {
         }
         if let Some(v) = self.groups_max {
             groups.groups_max = v;
+        }
+        let share = &mut groups.share;
+        if let Some(v) = self.group_share_session_timeout_ms {
+            share.session_timeout_ms = v;
+        }
+        if let Some(v) = self.group_share_heartbeat_interval_ms {
+            share.heartbeat_interval_ms = v;
+        }
+        if let Some(v) = self.group_share_record_lock_duration_ms {
+            share.record_lock_duration_ms = v;
+        }
+        if let Some(v) = self.group_share_delivery_count_limit {
+            share.delivery_count_limit = v;
+        }
+        if let Some(v) = self.group_share_partition_max_record_locks {
+            share.max_record_locks = v;
+        }
+        if let Some(v) = self.group_share_max_size {
+            share.members_max = v;
         }
     }
 

@@ -143,6 +143,38 @@ impl GroupConfig {
                 consumer.heartbeat_interval_ms, consumer.session_timeout_ms
             )));
         }
+        let share = &self.share;
+        if share.heartbeat_interval_ms < 1
+            || share.heartbeat_interval_ms >= share.session_timeout_ms
+        {
+            return Err(ConfigError(format!(
+                "group_share_heartbeat_interval_ms ({}) must be at least 1 and less than group_share_session_timeout_ms ({})",
+                share.heartbeat_interval_ms, share.session_timeout_ms
+            )));
+        }
+        if share.record_lock_duration_ms < 1_000 {
+            return Err(ConfigError(format!(
+                "group_share_record_lock_duration_ms must be at least 1000, got {}",
+                share.record_lock_duration_ms
+            )));
+        }
+        if !(2..=10).contains(&share.delivery_count_limit) {
+            return Err(ConfigError(format!(
+                "group_share_delivery_count_limit must be between 2 and 10, got {}",
+                share.delivery_count_limit
+            )));
+        }
+        if !(100..=10_000).contains(&share.max_record_locks) {
+            return Err(ConfigError(format!(
+                "group_share_partition_max_record_locks must be between 100 and 10000, got {}",
+                share.max_record_locks
+            )));
+        }
+        if share.members_max == 0 {
+            return Err(ConfigError(
+                "group_share_max_size must be at least 1".to_owned(),
+            ));
+        }
         if self.groups_max == 0 {
             return Err(ConfigError("groups_max must be at least 1".to_owned()));
         }

@@ -56,6 +56,40 @@ pub struct PartitionFetched {
 /// A partition a share fetch must load (object storage) before it can read it.
 pub type Load = (TopicPartition, i64);
 
+/// What a share fetch must wait for before it acquires again.
+#[derive(Default)]
+pub struct AcquireWaits {
+    /// Ranges to bring in from object storage first.
+    pub loads: Vec<Load>,
+    /// The group's state with share-partitions it started just now: their start offsets
+    /// must be durable before any of their records is handed out, or a crash could start
+    /// them again at a later log end and skip what was delivered.
+    pub started: Option<Durable>,
+}
+
+impl std::fmt::Debug for AcquireWaits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireWaits")
+            .field("loads", &self.loads)
+            .field("started", &self.started.is_some())
+            .finish()
+    }
+}
+
+impl AcquireWaits {
+    pub fn is_empty(&self) -> bool {
+        self.loads.is_empty() && self.started.is_none()
+    }
+
+    /// Waits for the durable start of new share-partitions, if any.
+    pub async fn started(&mut self) -> Result<(), GroupError> {
+        match self.started.take() {
+            Some(d) => d.await.map_err(GroupError::StateNotStored),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Names and defaults of every group config a group can be given.
 pub const GROUP_CONFIGS: &[&str] = &[
     "share.session.timeout.ms",
@@ -325,7 +359,7 @@ impl Coordinator {
         max_records: u32,
         max_bytes: usize,
         log: &dyn ShareLog,
-    ) -> Result<(Vec<PartitionFetched>, Vec<Load>), GroupError> {
+    ) -> Result<(Vec<PartitionFetched>, AcquireWaits), GroupError> {
         let mut inner = self.lock();
         self.check_owned(&mut inner, group_id)?;
         let Some(group) = inner.groups.get_mut(group_id) else {
@@ -339,6 +373,7 @@ impl Coordinator {
         let mut bytes_left = max_bytes.max(1);
         let mut fetched = Vec::with_capacity(partitions.len());
         let mut loads = Vec::new();
+        let mut started = false;
         for &tp in partitions {
             let mut out = PartitionFetched {
                 tp,
@@ -357,6 +392,13 @@ impl Coordinator {
                 continue;
             }
             let config = g.partition_config();
+            if g.partition(tp).is_none() {
+                // Started now: stored before any of its records goes out (see AcquireWaits).
+                g.partition_mut(tp, log_start, hwm);
+                started = true;
+                fetched.push(out);
+                continue;
+            }
             let partition = g.partition_mut(tp, log_start, hwm);
             let Some(from) = partition.first_acquirable(hwm, &config) else {
                 fetched.push(out);
@@ -388,7 +430,8 @@ impl Coordinator {
             }
             fetched.push(out);
         }
-        Ok((fetched, loads))
+        let started = started.then(|| self.persist(group_id, group));
+        Ok((fetched, AcquireWaits { loads, started }))
     }
 
     /// The record lock duration of a share group (ShareFetch's `acquisition_lock_timeout_ms`).

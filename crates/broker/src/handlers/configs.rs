@@ -1,5 +1,7 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and a read-only view of
-//! the broker's own settings).
+//! the broker's own settings), and DescribeConfigs and IncrementalAlterConfigs for groups
+//! (resource type 32: share groups' `share.*` configs, kept by the group coordinator with the
+//! group's state).
 //!
 //! An alter is checked the same way in every mode. Single broker: the topic's file and
 //! partitions change, answered once durable. Cluster mode: the new overrides go to the

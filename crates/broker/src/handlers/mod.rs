@@ -44,7 +44,7 @@ pub enum AdminError {
     #[error("config resource type {0} is not supported (topics are 2, brokers 4)")]
     DescribeResourceType(i8),
     #[error(
-        "only topic configs can be altered; broker settings come from its config file, environment and flags"
+        "only topic configs (and group configs, with IncrementalAlterConfigs) can be altered; broker settings come from its config file, environment and flags"
     )]
     AlterNonTopic,
     #[error(transparent)]

@@ -351,30 +351,41 @@ pub async fn fetch(broker: &Broker, req: ShareFetchRequest) -> ShareFetchRespons
                 max_bytes,
                 &log,
             );
-            let (result, loads) = match acquired {
+            let (result, mut waits) = match acquired {
                 Ok(r) => r,
                 Err(e) => return refuse(e),
             };
             let got = result
                 .iter()
                 .any(|p| !p.acquired.is_empty() || p.error.is_some());
-            if got || !loads.is_empty() && Instant::now() >= deadline {
+            // Share-partitions started by this pass: their start must be durable before any
+            // of their records goes out; acquire from them in the next pass, at once.
+            let started = waits.started.is_some();
+            if let Err(e) = waits.started().await {
+                tracing::warn!(group = %group_id, error = %e, "share-partition start not stored");
+            }
+            // Records acquired are answered now: they are locked to this member.
+            if got {
                 fetched = result;
                 break;
             }
-            if !loads.is_empty() {
-                // Object storage: bring the ranges in, then acquire again.
-                let reads = loads
-                    .iter()
-                    .filter_map(|&(tp, offset)| Some((log.partition(tp)?, offset)));
-                let reads: Vec<(Arc<dyn PartitionStorage>, i64)> = reads.collect();
-                storage::prepare_reads(reads.iter().map(|(p, o)| (&**p, *o, max_bytes)), deadline)
-                    .await;
+            if started {
                 continue;
             }
             if Instant::now() >= deadline {
                 fetched = result;
                 break;
+            }
+            if !waits.loads.is_empty() {
+                // Object storage: bring the ranges in, then acquire again.
+                let reads: Vec<(Arc<dyn PartitionStorage>, i64)> = waits
+                    .loads
+                    .iter()
+                    .filter_map(|&(tp, offset)| Some((log.partition(tp)?, offset)))
+                    .collect();
+                storage::prepare_reads(reads.iter().map(|(p, o)| (&**p, *o, max_bytes)), deadline)
+                    .await;
+                continue;
             }
             // Wait for new records on any partition, or look again for released ones soon.
             let waits: Vec<(Arc<dyn PartitionStorage>, i64)> = partitions
