@@ -28,7 +28,9 @@ APIS = [
     "LeaveGroup", "OffsetCommit", "OffsetFetch", "OffsetDelete", "ListGroups", "DescribeGroups",
     "DeleteGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "SaslHandshake",
     "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
-    "CreateAcls", "DescribeAcls", "DeleteAcls", "DescribeClientQuotas",
+    "CreateAcls", "DescribeAcls", "DeleteAcls", "DescribeClientQuotas", "ShareGroupHeartbeat",
+    "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge", "DescribeShareGroupOffsets",
+    "AlterShareGroupOffsets", "DeleteShareGroupOffsets",
 ]
 
 PRIMS = {

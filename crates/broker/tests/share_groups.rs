@@ -535,3 +535,81 @@ fn a_share_partition_started_at_the_log_end_keeps_its_start_across_a_restart() {
     let offsets: Vec<i64> = got.iter().map(|&(o, _)| o).collect();
     assert_eq!(offsets, vec![5, 6, 7, 8, 9]);
 }
+
+#[test]
+fn v2_fetches_take_an_acquire_mode_and_renew_locks() {
+    use sluice_protocol::share_v2::{ShareAcquireMode, ShareFetchRequestExt};
+    let f = Fixture::new(1);
+    assert_eq!(
+        f.set_configs(
+            "g",
+            &[
+                ("share.auto.offset.reset", "earliest"),
+                ("share.record.lock.duration.ms", "5000")
+            ]
+        ),
+        0
+    );
+    f.produce(0, 10);
+    join(&f, "g", "a");
+    join(&f, "g", "b");
+    let v2 = |member: &str, epoch: i32, acks: &[(i64, i64, i8)], max_records: i32| {
+        let partition = share_fetch_request::FetchPartition::default()
+            .with_partition_index(0)
+            .with_acknowledgement_batches(
+                acks.iter()
+                    .map(|&(first, last, t)| {
+                        share_fetch_request::AcknowledgementBatch::default()
+                            .with_first_offset(first)
+                            .with_last_offset(last)
+                            .with_acknowledge_types(vec![t])
+                    })
+                    .collect(),
+            );
+        ShareFetchRequest::default()
+            .with_group_id(Some(GroupId(s("g"))))
+            .with_member_id(Some(s(member)))
+            .with_share_session_epoch(epoch)
+            .with_max_bytes(if max_records > 0 { 1 << 20 } else { 0 })
+            .with_max_records(max_records)
+            .with_batch_size(max_records)
+            .with_topics(vec![
+                share_fetch_request::FetchTopic::default()
+                    .with_topic_id(f.topic_id)
+                    .with_partitions(vec![partition]),
+            ])
+    };
+    let call = |req: ShareFetchRequest| match f.call(
+        ApiKey::ShareFetch,
+        2,
+        RequestKind::ShareFetch(req),
+    ) {
+        ResponseKind::ShareFetch(r) => r,
+        other => panic!("{other:?}"),
+    };
+    // record_limit: at most max_records.
+    let r = call(v2("a", 0, &[], 3).with_share_acquire_mode(ShareAcquireMode::RecordLimit));
+    assert_eq!(acquired(&r), vec![(0, 1), (1, 1), (2, 1)]);
+    // An acquire mode Kafka does not define.
+    let r = call(v2("a", 1, &[], 3).with_share_acquire_mode_id(7));
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    // RENEW without IsRenewAck, and a renew-only fetch that asks for records.
+    let r = call(v2("a", 1, &[(0, 2, 4)], 0));
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    let r = call(v2("a", 1, &[(0, 2, 4)], 3).with_is_renew_ack(true));
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    // Renewing keeps the records locked past their first deadline.
+    f.clock.advance(4_000);
+    let r = call(v2("a", 1, &[(0, 2, 4)], 0).with_is_renew_ack(true));
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert!(acquired(&r).is_empty());
+    f.clock.advance(4_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = call(v2("b", 0, &[], 500));
+    let offsets: Vec<i64> = acquired(&r).iter().map(|&(o, _)| o).collect();
+    assert_eq!(
+        offsets,
+        (3..10).collect::<Vec<_>>(),
+        "a's renewed records stay a's"
+    );
+}

@@ -68,10 +68,12 @@ enum BenchCommand {
     #[command(verbatim_doc_comment)]
     Explore(RunArgs),
     /// Build a backlog of [drain] backlog bytes, then time the consumers reading it, optionally
-    /// while producers keep [drain] live_rate.
+    /// while producers keep [drain] live_rate. With share_consumers = N, a share group (KIP-932)
+    /// of N consumers reads it instead, measured for duration_s ([share] table, docs/bench.md).
     ///
-    /// Example:
+    /// Examples:
     ///   sluice bench drain bench/workloads/drain-2gib.toml -b 127.0.0.1:9092
+    ///   sluice bench drain bench/workloads/share-fair-2p-40c.toml -b 127.0.0.1:9092 --broker-pid PID
     #[command(verbatim_doc_comment)]
     Drain(RunArgs),
     /// Check every record (producer id, sequence, checksum): lost, duplicated, out-of-order and

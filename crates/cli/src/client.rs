@@ -22,16 +22,17 @@ use sluice_protocol::codec::{decode_response, encode_request};
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use sluice_protocol::kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ConsumerGroupDescribeRequest,
-    ConsumerGroupDescribeResponse, CreatePartitionsRequest, CreatePartitionsResponse,
-    CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, ApiVersionsRequest,
+    ApiVersionsResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteGroupsRequest, DeleteGroupsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest,
     ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
     OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse,
-    RequestKind, ResponseKind, TopicName,
+    RequestKind, ResponseKind, ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicName,
 };
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -75,6 +76,9 @@ pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetFetch, 2, 9),
     (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
 ];
 
 /// The ApiVersions version sent first: understood by Sluice and by Kafka since 2.4.
@@ -142,6 +146,9 @@ calls! {
     DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse;
     OffsetFetch: OffsetFetchRequest => OffsetFetchResponse;
     OffsetCommit: OffsetCommitRequest => OffsetCommitResponse;
+    ShareGroupDescribe: ShareGroupDescribeRequest => ShareGroupDescribeResponse;
+    DescribeShareGroupOffsets: DescribeShareGroupOffsetsRequest => DescribeShareGroupOffsetsResponse;
+    AlterShareGroupOffsets: AlterShareGroupOffsetsRequest => AlterShareGroupOffsetsResponse;
 }
 
 /// A Kafka error code as `NAME: message` (the broker's message when it sent one), or `None` for

@@ -1,24 +1,28 @@
-//! `sluice group list|describe|delete|reset-offsets`: consumer-group administration over the
-//! Kafka group APIs, so it works against Sluice and against Apache Kafka alike.
+//! `sluice group list|describe|delete|reset-offsets`: consumer-group and share-group
+//! administration over the Kafka group APIs, so it works against Sluice and against Apache
+//! Kafka alike.
 //!
 //! Where each request goes:
 //! - ListGroups to every broker, since each one lists only the groups it coordinates.
-//! - Everything about one group (ConsumerGroupDescribe, DescribeGroups, OffsetFetch,
-//!   OffsetCommit, DeleteGroups) to that group's coordinator, found with FindCoordinator and
+//! - Everything about one group (ConsumerGroupDescribe, ShareGroupDescribe, DescribeGroups,
+//!   OffsetFetch, OffsetCommit, DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteGroups)
+//!   to that group's coordinator, found with FindCoordinator and
 //!   reached on its own connection ([`Groups`]). "Coordinator not ready" answers are retried for
 //!   a bounded time, because a coordinator that just started (or, in Kafka, one creating its
 //!   offsets topic) gives them for a few seconds.
 //! - ListOffsets (log end, earliest, by time) to each partition's leader.
 //!
-//! Two kinds of group exist. A *classic* group's members join with JoinGroup/SyncGroup, and the
-//! assignment the broker stores for each member is opaque bytes; Kafka consumers put a
+//! Three kinds of group exist. A *classic* group's members join with JoinGroup/SyncGroup, and
+//! the assignment the broker stores for each member is opaque bytes; Kafka consumers put a
 //! ConsumerProtocolAssignment there (an i16 version, then the topic partitions), which
 //! [`describe`] decodes. A *consumer* group (KIP-848) has the broker assign partitions itself
-//! and is described by ConsumerGroupDescribe.
+//! and is described by ConsumerGroupDescribe. A *share* group (KIP-932) is a queue: the broker
+//! assigns partitions, several members may read one, and the group keeps a start offset per
+//! partition instead of committed offsets ([`share`]).
 //!
 //! This file holds the coordinator client ([`Groups`]), the lookups the commands share
-//! (committed offsets, partition leaders, ListOffsets), `list` and `delete`; `describe` and
-//! `reset-offsets` have their own modules.
+//! (committed offsets, partition leaders, ListOffsets), `list` and `delete`; `describe`,
+//! `reset-offsets` and the share-group requests have their own modules.
 //!
 //! Results go to stdout (tables with a header row, or one JSON object per line with `--json`);
 //! notes go to stderr; errors are returned and printed by `main` with a non-zero exit code.
@@ -47,6 +51,7 @@ use crate::client::{BootstrapArgs, Call, Cluster, Connection, block_on, kafka_er
 
 mod describe;
 mod reset;
+mod share;
 
 /// FindCoordinator's key type for consumer groups.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -58,10 +63,11 @@ const EARLIEST: i64 = -2;
 const COORDINATOR_ATTEMPTS: u32 = 40;
 const COORDINATOR_RETRY_INTERVAL: Duration = Duration::from_millis(250);
 
-/// List, describe and delete consumer groups, and reset their committed offsets.
+/// List, describe and delete consumer and share groups, and reset their offsets.
 ///
 /// Examples:
 ///   sluice group list
+///   sluice group list --type share
 ///   sluice group describe orders-app
 ///   sluice group reset-offsets orders-app --topic orders --to-earliest
 ///   sluice group reset-offsets orders-app --topic orders:0,1 --shift-by -100 --execute
@@ -86,10 +92,12 @@ enum GroupCommand {
 /// Examples:
 ///   sluice group list
 ///   sluice group list --state Empty --json
+///   sluice group list --type share
 ///
 /// Prints GROUP, TYPE, STATE and PROTOCOL-TYPE under a header, sorted by name. TYPE is
-/// classic (JoinGroup/SyncGroup consumers, Kafka Connect, ...) or consumer (the KIP-848
-/// protocol, `group.protocol=consumer`). With --json, each group is one line:
+/// classic (JoinGroup/SyncGroup consumers, Kafka Connect, ...), consumer (the KIP-848
+/// protocol, `group.protocol=consumer`) or share (KIP-932 share groups: queues, read with
+/// KafkaShareConsumer). With --json, each group is one line:
 ///   {"group":"orders-app","type":"classic","state":"Stable","protocol_type":"consumer"}
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -115,7 +123,8 @@ struct ListArgs {
 ///   sluice group delete orders-app old-report
 ///
 /// Prints `deleted group NAME` for each group. A group that still has members is refused
-/// (NON_EMPTY_GROUP): stop its consumers first. Exits non-zero if any group was not deleted.
+/// (NON_EMPTY_GROUP): stop its consumers first. A share group goes with its start offsets and
+/// the state of its partitions' records. Exits non-zero if any group was not deleted.
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 struct DeleteArgs {

@@ -140,6 +140,11 @@ pub enum GroupError {
         member_epoch: i32,
         current_epoch: i32,
     },
+    /// AlterShareGroupOffsets or DeleteShareGroupOffsets of a share group with members.
+    #[error(
+        "share group {group_id} has {members} active member(s): its start offsets can only change while it is empty; stop its share consumers first"
+    )]
+    ShareGroupActive { group_id: String, members: usize },
     /// Something this broker does not serve in its mode (share groups in cluster mode).
     #[error("{0}")]
     Unsupported(String),
@@ -242,6 +247,7 @@ impl GroupError {
             GroupError::UnsupportedAssignor(_) => ResponseError::UnsupportedAssignor,
             GroupError::InvalidRegularExpression(_) => ResponseError::InvalidRegularExpression,
             GroupError::Unsupported(_) => ResponseError::UnsupportedVersion,
+            GroupError::ShareGroupActive { .. } => ResponseError::NonEmptyGroup,
             GroupError::InvalidConfig(_) => ResponseError::InvalidConfig,
             GroupError::ShareSessionNotFound(_) => ResponseError::ShareSessionNotFound,
             GroupError::InvalidShareSessionEpoch(_) => ResponseError::InvalidShareSessionEpoch,

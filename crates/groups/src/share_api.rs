@@ -304,6 +304,9 @@ impl Coordinator {
             let Kind::Share(g) = &mut group.kind else {
                 return Err(not_share(group_id));
             };
+            if !g.has_member(member_id) {
+                return Err(GroupError::unknown_member(group_id, member_id));
+            }
             let now = self.clock.now_ms();
             let boundary =
                 epoch == share::SESSION_OPEN_EPOCH || epoch == share::SESSION_CLOSE_EPOCH;
@@ -542,6 +545,12 @@ impl Coordinator {
             let Kind::Share(g) = &mut group.kind else {
                 return Err(not_share(group_id));
             };
+            if g.member_count() > 0 {
+                return Err(GroupError::ShareGroupActive {
+                    group_id: group_id.to_owned(),
+                    members: g.member_count(),
+                });
+            }
             let mut changed = false;
             let outcomes: Vec<_> = changes
                 .into_iter()

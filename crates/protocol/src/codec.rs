@@ -7,14 +7,25 @@
 //! the decoder reserve memory it does not carry); then the header and body are decoded with
 //! `kafka-protocol`. Record batches inside Produce requests stay `Bytes` slices
 //! of the frame: never copied, never re-encoded.
+//!
+//! Bodies go through [`decode_request_body`] and [`encode_response_body`] (and their client-side
+//! twins), which hand ShareFetch and ShareAcknowledge to [`share_v2`]: it adds their v2, which
+//! `kafka-protocol` does not know, on top of its v1.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind, ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::{guard, versions};
+use crate::{guard, share_v2, versions};
 
 /// A decoded request.
+///
+/// ShareFetch and ShareAcknowledge v2 come as their v1 structs (with `api_version` 2); the fields
+/// v2 adds are read with the traits of [`share_v2`] (e.g. `share_acquire_mode()`,
+/// `is_renew_ack()`), and are at their defaults for v1.
 #[derive(Debug)]
 pub struct Request {
     pub api_key: ApiKey,
@@ -91,7 +102,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     guard::check(&frame, api_key, api_version).map_err(|e| malformed(e.to_string()))?;
     let header = RequestHeader::decode(&mut frame, api_key.request_header_version(api_version))
         .map_err(|e| malformed(format!("header: {e}")))?;
-    let body = RequestKind::decode(api_key, &mut frame, api_version)
+    let body = decode_request_body(api_key, &mut frame, api_version)
         .map_err(|e| malformed(format!("body: {e}")))?;
     Ok(Request {
         api_key,
@@ -100,6 +111,69 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
         client_id: header.client_id,
         body,
     })
+}
+
+/// Decodes a request body of `api_key` at `api_version`, leaving `buf` after it: `kafka-protocol`,
+/// and [`share_v2`] for ShareFetch and ShareAcknowledge. No length checks: run [`guard::check`]
+/// on the frame first.
+pub fn decode_request_body(
+    api_key: ApiKey,
+    buf: &mut Bytes,
+    api_version: i16,
+) -> Result<RequestKind, String> {
+    match api_key {
+        ApiKey::ShareFetch => {
+            share_v2::decode::<ShareFetchRequest>(buf, api_version).map(RequestKind::ShareFetch)
+        }
+        ApiKey::ShareAcknowledge => share_v2::decode::<ShareAcknowledgeRequest>(buf, api_version)
+            .map(RequestKind::ShareAcknowledge),
+        _ => RequestKind::decode(api_key, buf, api_version).map_err(|e| e.to_string()),
+    }
+}
+
+/// Appends a request body at `api_version` to `out` (the counterpart of
+/// [`decode_request_body`]). On error `out` may hold part of it.
+pub fn encode_request_body(
+    out: &mut BytesMut,
+    body: &RequestKind,
+    api_version: i16,
+) -> Result<(), String> {
+    match body {
+        RequestKind::ShareFetch(request) => share_v2::encode(out, request, api_version),
+        RequestKind::ShareAcknowledge(request) => share_v2::encode(out, request, api_version),
+        _ => body.encode(out, api_version).map_err(|e| e.to_string()),
+    }
+}
+
+/// Appends a response body at `api_version` to `out`: `kafka-protocol`, and [`share_v2`] for
+/// ShareFetch and ShareAcknowledge. On error `out` may hold part of it.
+pub fn encode_response_body(
+    out: &mut BytesMut,
+    body: &ResponseKind,
+    api_version: i16,
+) -> Result<(), String> {
+    match body {
+        ResponseKind::ShareFetch(response) => share_v2::encode(out, response, api_version),
+        ResponseKind::ShareAcknowledge(response) => share_v2::encode(out, response, api_version),
+        _ => body.encode(out, api_version).map_err(|e| e.to_string()),
+    }
+}
+
+/// Decodes a response body of `api_key` at `api_version` (the counterpart of
+/// [`encode_response_body`]), leaving `buf` after it.
+pub fn decode_response_body(
+    api_key: ApiKey,
+    buf: &mut Bytes,
+    api_version: i16,
+) -> Result<ResponseKind, String> {
+    match api_key {
+        ApiKey::ShareFetch => {
+            share_v2::decode::<ShareFetchResponse>(buf, api_version).map(ResponseKind::ShareFetch)
+        }
+        ApiKey::ShareAcknowledge => share_v2::decode::<ShareAcknowledgeResponse>(buf, api_version)
+            .map(ResponseKind::ShareAcknowledge),
+        _ => ResponseKind::decode(api_key, buf, api_version).map_err(|e| e.to_string()),
+    }
 }
 
 /// Why a response could not be encoded (a broker bug: a field the version cannot carry).
@@ -123,7 +197,8 @@ pub fn encode_response(
     write_frame(out, api_key, api_version, |out| {
         header
             .encode(out, api_key.response_header_version(api_version))
-            .and_then(|()| body.encode(out, api_version))
+            .map_err(|e| e.to_string())
+            .and_then(|()| encode_response_body(out, body, api_version))
     })
 }
 
@@ -144,7 +219,8 @@ pub fn encode_request(
     write_frame(out, api_key, api_version, |out| {
         header
             .encode(out, api_key.request_header_version(api_version))
-            .and_then(|()| body.encode(out, api_version))
+            .map_err(|e| e.to_string())
+            .and_then(|()| encode_request_body(out, body, api_version))
     })
 }
 
@@ -179,7 +255,7 @@ pub fn decode_response(
 ) -> Result<(i32, ResponseKind), String> {
     let header = ResponseHeader::decode(&mut frame, api_key.response_header_version(api_version))
         .map_err(|e| format!("response header: {e}"))?;
-    let body = ResponseKind::decode(api_key, &mut frame, api_version)
+    let body = decode_response_body(api_key, &mut frame, api_version)
         .map_err(|e| format!("{api_key:?} v{api_version} response: {e}"))?;
     Ok((header.correlation_id, body))
 }

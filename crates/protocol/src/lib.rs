@@ -10,6 +10,8 @@
 //!   the codec crate decodes (its decoders reserve declared array lengths up front);
 //! - [`codec`]: request header + body decoding (record batches stay as `Bytes`, never copied or
 //!   re-encoded) and response encoding with the right header version;
+//! - [`share_v2`]: ShareFetch and ShareAcknowledge v2 (Kafka 4.2), which `kafka-protocol` does not
+//!   know, as a thin layer over its v1, with the traits that read the fields v2 adds;
 //! - [`versions`]: the API versions Sluice implements, the single source for ApiVersions;
 //! - [`partitioner`]: Kafka's default (murmur2) partitioner for keyed records;
 //! - [`records`]: the records inside a RecordBatch v2, encoded and decoded (the CLI and the HTTP
@@ -24,6 +26,7 @@ pub mod frame;
 pub mod guard;
 pub mod partitioner;
 pub mod records;
+pub mod share_v2;
 pub mod versions;
 
 pub use kafka_protocol;

@@ -91,17 +91,17 @@ fn supported_pairs() -> Vec<(ApiKey, i16)> {
         .collect()
 }
 
-/// A populated frame as `kafka-protocol` writes it: built from the layout table, decoded and
-/// encoded again by the codec crate.
+/// A populated frame as the codec writes it: built from the layout table, decoded and encoded
+/// again by the codec (`kafka-protocol`, with `share_v2` for the versions it adds).
 fn populated(api: ApiKey, version: i16, seed: u64) -> Vec<u8> {
     let frame = sample::request(api, version, seed as i32, &mut sample::Rng(seed)).unwrap();
     let mut buf = Bytes::from(frame);
     let header_version = api.request_header_version(version);
     let header = RequestHeader::decode(&mut buf, header_version).unwrap();
-    let body = RequestKind::decode(api, &mut buf, version).unwrap();
+    let body = codec::decode_request_body(api, &mut buf, version).unwrap();
     let mut out = BytesMut::new();
     header.encode(&mut out, header_version).unwrap();
-    body.encode(&mut out, version).unwrap();
+    codec::encode_request_body(&mut out, &body, version).unwrap();
     out.to_vec()
 }
 

@@ -43,6 +43,9 @@ use sluice_groups::assignor::{Assignment, TopicInfo};
 use sluice_groups::errors::GroupError;
 use sluice_groups::share::{self, TopicPartition};
 use sluice_groups::share_api::{AckBatches, PartitionFetched, ShareLog, ShareRead, ack_error_code};
+use sluice_protocol::share_v2::{
+    ShareAcknowledgeRequestExt, ShareAcknowledgeResponseExt, ShareFetchRequestExt,
+};
 
 /// ShareGroupDescribe's `authorized_operations` when the client did not ask for them.
 const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
@@ -248,6 +251,23 @@ fn last_offset(records: &[u8]) -> Option<i64> {
     last
 }
 
+/// Acknowledge type 4, RENEW (KIP-1222): valid only in a request with `IsRenewAck` set.
+const RENEW: i8 = 4;
+
+/// Why a request's acknowledgements are refused as a whole: RENEW without `IsRenewAck`.
+fn renew_misused(acks: &[(TopicPartition, AckBatches)], renew: bool) -> Option<GroupError> {
+    let has_renew = acks
+        .iter()
+        .flat_map(|(_, batches)| batches)
+        .any(|(_, _, types)| types.contains(&RENEW));
+    (has_renew && !renew).then(|| {
+        GroupError::InvalidRequest(
+            "acknowledge type 4 (RENEW) is only valid in a request with IsRenewAck set (v2)"
+                .to_owned(),
+        )
+    })
+}
+
 /// A request's acknowledgements per partition, from its wire form.
 fn acks_of<'a>(
     partitions: impl Iterator<Item = (Uuid, i32, Vec<(i64, i64, Vec<i8>)>)> + 'a,
@@ -278,6 +298,23 @@ pub async fn fetch(broker: &Broker, req: ShareFetchRequest) -> ShareFetchRespons
             "GroupId and MemberId can't be empty".to_owned(),
         ));
     }
+    // Both acquire modes (KIP-1206) acquire record by record and never more than
+    // `max_records`: record_limit's promise, and within batch_optimized's soft limit.
+    if let Err(e) = req.share_acquire_mode() {
+        return refuse(GroupError::InvalidRequest(e.to_string()));
+    }
+    // A renew-only fetch (KIP-1222) renews locks and fetches nothing.
+    let renew = req.is_renew_ack();
+    if renew
+        && (req.max_bytes != 0
+            || req.min_bytes != 0
+            || req.max_records != 0
+            || req.max_wait_ms != 0)
+    {
+        return refuse(GroupError::InvalidRequest(
+            "a ShareFetch with IsRenewAck fetches nothing: MaxBytes, MinBytes, MaxRecords and MaxWaitMs must be 0".to_owned(),
+        ));
+    }
     let adding: Vec<TopicPartition> = req
         .topics
         .iter()
@@ -298,6 +335,9 @@ pub async fn fetch(broker: &Broker, req: ShareFetchRequest) -> ShareFetchRespons
             (t.topic_id, p.partition_index, batches)
         })
     }));
+    if let Some(e) = renew_misused(&acks, renew) {
+        return refuse(e);
+    }
     let groups = broker.groups();
     let session = groups
         .share_session(
@@ -340,7 +380,7 @@ pub async fn fetch(broker: &Broker, req: ShareFetchRequest) -> ShareFetchRespons
     );
     let deadline = Instant::now() + wait;
     let mut fetched: Vec<PartitionFetched> = Vec::new();
-    if !partitions.is_empty() {
+    if !partitions.is_empty() && !renew {
         loop {
             let log = Log::new(broker);
             let acquired = groups.share_acquire(
@@ -485,6 +525,10 @@ pub async fn acknowledge(
             (t.topic_id, p.partition_index, batches)
         })
     }));
+    let renew = req.is_renew_ack();
+    if let Some(e) = renew_misused(&acks, renew) {
+        return refuse(e);
+    }
     let session = broker
         .groups()
         .share_session(
@@ -516,16 +560,19 @@ pub async fn acknowledge(
         }
         by_topic.entry(id).or_default().push(data);
     }
-    ShareAcknowledgeResponse::default().with_responses(
-        by_topic
-            .into_iter()
-            .map(|(id, partitions)| {
-                share_acknowledge_response::ShareAcknowledgeTopicResponse::default()
-                    .with_topic_id(id)
-                    .with_partitions(partitions)
-            })
-            .collect(),
-    )
+    let lock_ms = broker.groups().share_lock_duration_ms(&group_id);
+    ShareAcknowledgeResponse::default()
+        .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
+        .with_responses(
+            by_topic
+                .into_iter()
+                .map(|(id, partitions)| {
+                    share_acknowledge_response::ShareAcknowledgeTopicResponse::default()
+                        .with_topic_id(id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
 }
 
 pub async fn describe_offsets(

@@ -1,11 +1,13 @@
 //! `sluice group describe GROUP`: the group's state and members (from its coordinator), and per
 //! partition the committed offset (OffsetFetch), the log end (ListOffsets at each leader) and
-//! the lag between them.
+//! the lag between them. A share group shows start offsets instead (see [`super::share`]).
 //!
 //! Which describe API: ConsumerGroupDescribe first when the coordinator has it, since only it
-//! shows consumer (KIP-848) groups; Kafka answers GROUP_ID_NOT_FOUND there for a classic group,
-//! and then DescribeGroups is asked. A classic member's assignment is opaque bytes to the broker;
-//! Kafka consumers fill it with an i16 version followed by a ConsumerProtocolAssignment, which
+//! shows consumer (KIP-848) groups; Kafka answers GROUP_ID_NOT_FOUND there for any other group
+//! ("is not a consumer group"). Then ShareGroupDescribe when the coordinator has it, which
+//! answers GROUP_ID_NOT_FOUND for a group that is not a share group; then DescribeGroups, which
+//! knows classic groups. A classic member's assignment is opaque bytes to the broker; Kafka
+//! consumers fill it with an i16 version followed by a ConsumerProtocolAssignment, which
 //! [`decode_assignment`] reads.
 
 // The CLI's output is its job: printing to stdout is intended here.
@@ -24,11 +26,11 @@ use sluice_protocol::kafka_protocol::protocol::{Decodable, Message};
 
 use super::{
     Coordinator, Groups, LATEST, Tp, committed_offsets, dash_if_empty, group_error, group_id,
-    list_offsets, partition_leaders, sorted, table,
+    list_offsets, partition_leaders, share, sorted, table,
 };
-use crate::client::BootstrapArgs;
+use crate::client::{BootstrapArgs, Cluster};
 
-/// Show a group's state, members, committed offsets and lag.
+/// Show a group's state, members, committed (or start) offsets and lag.
 ///
 /// Example:
 ///   sluice group describe orders-app
@@ -43,6 +45,17 @@ use crate::client::BootstrapArgs;
 ///                "assignment":[{"topic":"orders","partitions":[0,1]}]}],
 ///    "offsets":[{"topic":"orders","partition":0,"committed_offset":40,"log_end_offset":42,
 ///                "lag":2,"member_id":"..."}],"total_lag":2}
+///
+/// A share group (KIP-932) also shows its group epoch; its members may share a partition, and
+/// instead of committed offsets it has a START-OFFSET per partition: every record below it is
+/// acknowledged. Its LAG counts the records between the start offset and the log end,
+/// including any already acknowledged above the start offset (Kafka's
+/// DescribeShareGroupOffsets v0 carries no lag of its own, so this is an upper bound), and
+/// MEMBERS is how many members are assigned the partition. With --json:
+///   {"group":"jobs-workers","type":"share","state":"Stable","protocol_type":"share",
+///    "assignor":"simple","group_epoch":3,"coordinator":{...},"members":[...],
+///    "offsets":[{"topic":"jobs","partition":0,"start_offset":40,"log_end_offset":42,
+///                "lag":2,"member_ids":["...","..."]}],"total_lag":2}
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub(super) struct DescribeArgs {
@@ -57,16 +70,18 @@ pub(super) struct DescribeArgs {
 
 /// Which protocol a group's members speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Classic,
     Consumer,
+    Share,
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Kind::Classic => "classic",
             Kind::Consumer => "consumer",
+            Kind::Share => "share",
         }
     }
 }
@@ -74,11 +89,13 @@ impl Kind {
 /// A group as its coordinator describes it.
 #[derive(Debug)]
 pub(super) struct Description {
-    kind: Kind,
+    pub(super) kind: Kind,
     pub(super) state: String,
-    protocol_type: String,
+    pub(super) protocol_type: String,
     /// The partition assignor (classic: the protocol the members agreed on).
-    assignor: String,
+    pub(super) assignor: String,
+    /// Share groups: the group epoch (shown; the other kinds leave it out).
+    pub(super) group_epoch: Option<i32>,
     pub(super) members: Vec<Member>,
 }
 
@@ -93,12 +110,12 @@ impl Description {
 
 #[derive(Debug)]
 pub(super) struct Member {
-    member_id: String,
-    instance_id: Option<String>,
-    client_id: String,
-    host: String,
+    pub(super) member_id: String,
+    pub(super) instance_id: Option<String>,
+    pub(super) client_id: String,
+    pub(super) host: String,
     /// Topic → partitions (sorted), or why the assignment cannot be shown.
-    assignment: Result<BTreeMap<String, Vec<i32>>, String>,
+    pub(super) assignment: Result<BTreeMap<String, Vec<i32>>, String>,
 }
 
 /// Describes `group`; `None` if it does not exist.
@@ -147,9 +164,17 @@ pub(super) async fn describe_group(
                 state: d.group_state.to_string(),
                 protocol_type: "consumer".to_owned(),
                 assignor: d.assignor_name.to_string(),
+                group_epoch: None,
                 members,
             }));
         }
+    }
+    if groups
+        .coordinator_supports(group, ApiKey::ShareGroupDescribe)
+        .await?
+        && let Some(d) = share::describe_share_group(groups, group).await?
+    {
+        return Ok(Some(d));
     }
     let request = DescribeGroupsRequest::default().with_groups(vec![group_id(group)]);
     let response = groups
@@ -196,6 +221,7 @@ pub(super) async fn describe_group(
         state: d.group_state.to_string(),
         protocol_type: d.protocol_type.to_string(),
         assignor: d.protocol_data.to_string(),
+        group_epoch: None,
         members,
     }))
 }
@@ -277,6 +303,11 @@ pub(super) async fn run(args: DescribeArgs) -> anyhow::Result<()> {
     let group = args.group.as_str();
     let mut groups = Groups::connect(&args.bootstrap).await?;
     let description = describe_group(&mut groups, group).await?;
+    if let Some(d) = &description
+        && d.kind == Kind::Share
+    {
+        return share::print_description(&mut groups, group, d, args.json).await;
+    }
     let committed = committed_offsets(&mut groups, group).await?;
     let Some(d) = description else {
         let e = group_error(ResponseError::GroupIdNotFound.code(), None).expect("a non-zero code");
@@ -286,30 +317,8 @@ pub(super) async fn run(args: DescribeArgs) -> anyhow::Result<()> {
 
     // Log end offsets of every partition that is assigned or committed.
     let mut wanted: BTreeSet<Tp> = committed.keys().cloned().collect();
-    for m in &d.members {
-        for (topic, partitions) in m.assignment.iter().flatten() {
-            wanted.extend(partitions.iter().map(|&p| (topic.clone(), p)));
-        }
-    }
-    let topics: BTreeSet<String> = wanted.iter().map(|(t, _)| t.clone()).collect();
-    let mut leaders = BTreeMap::new();
-    let mut notes = Vec::new();
-    for (topic, result) in partition_leaders(&mut groups.cluster, &topics).await? {
-        match result {
-            Ok(partitions) => {
-                leaders.extend(partitions.into_iter().map(|(p, l)| ((topic.clone(), p), l)));
-            }
-            Err(e) => notes.push(format!("topic '{topic}' {e}")),
-        }
-    }
-    let log_end = list_offsets(&mut groups.cluster, &leaders, &wanted, LATEST).await?;
-    for (tp, r) in &log_end {
-        if let Err(e) = r
-            && leaders.contains_key(tp)
-        {
-            notes.push(format!("log end of {}/{}: {e}", tp.0, tp.1));
-        }
-    }
+    wanted.extend(assigned(&d.members));
+    let (log_end, notes) = log_ends(&mut groups.cluster, &wanted).await?;
     let rows = offset_rows(&d.members, &committed, &log_end);
     let total_lag: i64 = rows.iter().filter_map(OffsetRow::lag).sum();
 
@@ -345,7 +354,46 @@ pub(super) async fn run(args: DescribeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn member_json(m: &Member) -> Value {
+/// Every partition assigned to some member.
+pub(super) fn assigned(members: &[Member]) -> BTreeSet<Tp> {
+    let mut out = BTreeSet::new();
+    for m in members {
+        for (topic, partitions) in m.assignment.iter().flatten() {
+            out.extend(partitions.iter().map(|&p| (topic.clone(), p)));
+        }
+    }
+    out
+}
+
+/// The log end offset of each of `wanted` (ListOffsets at its leader), and notes on those that
+/// cannot be looked up (an unknown topic, a leader's error).
+pub(super) async fn log_ends(
+    cluster: &mut Cluster,
+    wanted: &BTreeSet<Tp>,
+) -> anyhow::Result<(BTreeMap<Tp, Result<i64, String>>, Vec<String>)> {
+    let topics: BTreeSet<String> = wanted.iter().map(|(t, _)| t.clone()).collect();
+    let mut leaders = BTreeMap::new();
+    let mut notes = Vec::new();
+    for (topic, result) in partition_leaders(cluster, &topics).await? {
+        match result {
+            Ok(partitions) => {
+                leaders.extend(partitions.into_iter().map(|(p, l)| ((topic.clone(), p), l)));
+            }
+            Err(e) => notes.push(format!("topic '{topic}' {e}")),
+        }
+    }
+    let log_end = list_offsets(cluster, &leaders, wanted, LATEST).await?;
+    for (tp, r) in &log_end {
+        if let Err(e) = r
+            && leaders.contains_key(tp)
+        {
+            notes.push(format!("log end of {}/{}: {e}", tp.0, tp.1));
+        }
+    }
+    Ok((log_end, notes))
+}
+
+pub(super) fn member_json(m: &Member) -> Value {
     let mut v = json!({
         "member_id": m.member_id,
         "instance_id": m.instance_id,
@@ -390,6 +438,44 @@ fn describe_text(
     rows: &[OffsetRow],
     total_lag: i64,
 ) -> String {
+    let mut out = summary_text(group, d, coordinator);
+    if rows.is_empty() {
+        out.push_str("offsets: none (no partition is assigned or committed)\n");
+        return out;
+    }
+    out.push_str("offsets:\n");
+    let dash = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    let offset_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.topic.clone(),
+                r.partition.to_string(),
+                dash(r.committed),
+                dash(r.log_end),
+                dash(r.lag()),
+                r.member_id.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        "  ",
+        &[
+            "TOPIC",
+            "PARTITION",
+            "COMMITTED",
+            "LOG-END",
+            "LAG",
+            "MEMBER-ID",
+        ],
+        &offset_rows,
+    ));
+    out.push_str(&format!("total lag: {total_lag}\n"));
+    out
+}
+
+/// The lines every kind of group starts with: what it is, where, and its members.
+pub(super) fn summary_text(group: &str, d: &Description, coordinator: &Coordinator) -> String {
     let mut out = String::new();
     out.push_str(&format!("group: {group}\n"));
     out.push_str(&format!("type: {}\n", d.kind.name()));
@@ -398,6 +484,9 @@ fn describe_text(
     match d.assignor.as_str() {
         "" => out.push_str(&format!("protocol: {protocol}\n")),
         assignor => out.push_str(&format!("protocol: {protocol}, assignor {assignor}\n")),
+    }
+    if let Some(epoch) = d.group_epoch {
+        out.push_str(&format!("group epoch: {epoch}\n"));
     }
     out.push_str(&format!(
         "coordinator: broker {} at {}\n",
@@ -431,38 +520,6 @@ fn describe_text(
             .collect();
         out.push_str(&table("  ", &header, &member_rows));
     }
-    if rows.is_empty() {
-        out.push_str("offsets: none (no partition is assigned or committed)\n");
-        return out;
-    }
-    out.push_str("offsets:\n");
-    let dash = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
-    let offset_rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                r.topic.clone(),
-                r.partition.to_string(),
-                dash(r.committed),
-                dash(r.log_end),
-                dash(r.lag()),
-                r.member_id.clone().unwrap_or_else(|| "-".to_owned()),
-            ]
-        })
-        .collect();
-    out.push_str(&table(
-        "  ",
-        &[
-            "TOPIC",
-            "PARTITION",
-            "COMMITTED",
-            "LOG-END",
-            "LAG",
-            "MEMBER-ID",
-        ],
-        &offset_rows,
-    ));
-    out.push_str(&format!("total lag: {total_lag}\n"));
     out
 }
 

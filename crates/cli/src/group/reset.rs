@@ -7,6 +7,10 @@
 //! `--execute` commit it first. The commit uses generation -1 and an empty member id, which a
 //! broker accepts only while the group has no members: a live consumer would overwrite the
 //! reset at its next commit anyway. New offsets are clamped into [earliest, log end].
+//!
+//! A share group (KIP-932) has start offsets instead of committed offsets: the same plan is
+//! made from DescribeShareGroupOffsets and set with AlterShareGroupOffsets ([`super::share`]),
+//! which Kafka also allows only while the group has no members.
 
 // The CLI's output is its job: printing to stdout is intended here.
 #![allow(clippy::print_stdout)]
@@ -22,14 +26,14 @@ use sluice_protocol::kafka_protocol::messages::offset_commit_request::{
 use sluice_protocol::kafka_protocol::messages::{OffsetCommitRequest, TopicName};
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
-use super::describe::describe_group;
+use super::describe::{Kind, describe_group};
 use super::{
     EARLIEST, Groups, LATEST, Tp, committed_offsets, group_error, group_id, list_offsets,
-    partition_leaders, sorted, str_bytes, table,
+    partition_leaders, share, sorted, str_bytes, table,
 };
 use crate::client::{BootstrapArgs, Cluster, plural};
 
-/// Move a group's committed offsets: back to replay records, forward to skip them.
+/// Move a group's committed or start offsets: back to replay records, forward to skip them.
 ///
 /// Examples:
 ///   sluice group reset-offsets orders-app --topic orders --to-earliest
@@ -47,6 +51,13 @@ use crate::client::{BootstrapArgs, Cluster, plural};
 /// first record at or after the time (the log end if there is none). --shift-by needs a
 /// committed offset to start from. With --json, each partition is one line:
 ///   {"topic":"orders","partition":0,"current_offset":40,"new_offset":0}
+///
+/// For a share group (`sluice group list` shows type share) the same options move its start
+/// offsets (AlterShareGroupOffsets): the records from the new start offset on are delivered
+/// again, those below it never. This too is refused while the group has members: stop its
+/// share consumers first. CURRENT is the start offset; --all-topics takes every topic the
+/// group has a start offset for.
+///   sluice group reset-offsets jobs-workers --topic jobs --to-earliest --execute
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 #[command(group(ArgGroup::new("target").required(true)
@@ -59,7 +70,7 @@ pub(super) struct ResetArgs {
     /// repeat for several topics
     #[arg(long = "topic", value_name = "TOPIC[:PARTITIONS]", value_parser = parse_topic_spec)]
     topics: Vec<TopicSpec>,
-    /// Reset every topic the group has committed offsets for
+    /// Reset every topic the group has committed offsets (a share group: start offsets) for
     #[arg(long, conflicts_with = "topics")]
     all_topics: bool,
     /// To the earliest offset still in the log
@@ -81,7 +92,7 @@ pub(super) struct ResetArgs {
     /// Only print the plan (the default)
     #[arg(long, conflicts_with = "execute")]
     dry_run: bool,
-    /// Commit the new offsets
+    /// Commit the new offsets (a share group: set the new start offsets)
     #[arg(long)]
     execute: bool,
     /// Print one JSON object per partition
@@ -285,29 +296,75 @@ struct PlanRow {
     new: Option<i64>,
 }
 
+/// Which offsets a reset moves: a consumer or classic group's committed offsets, or a share
+/// group's start offsets. Only the words and the final request differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offsets {
+    Committed,
+    ShareStart,
+}
+
+impl Offsets {
+    /// "committed offset" / "start offset".
+    fn noun(self) -> &'static str {
+        match self {
+            Offsets::Committed => "committed offset",
+            Offsets::ShareStart => "start offset",
+        }
+    }
+
+    /// "group" / "share group".
+    fn group(self) -> &'static str {
+        match self {
+            Offsets::Committed => "group",
+            Offsets::ShareStart => "share group",
+        }
+    }
+
+    /// Who has to stop before a reset.
+    fn consumers(self) -> &'static str {
+        match self {
+            Offsets::Committed => "consumers",
+            Offsets::ShareStart => "share consumers",
+        }
+    }
+}
+
 pub(super) async fn run(args: ResetArgs) -> anyhow::Result<()> {
     let group = args.group.as_str();
     let mut groups = Groups::connect(&args.bootstrap).await?;
-    if let Some(d) = describe_group(&mut groups, group).await?
+    // A group that does not exist yet is reset as a consumer group: committing makes one.
+    let description = describe_group(&mut groups, group).await?;
+    let kind = match &description {
+        Some(d) if d.kind == Kind::Share => Offsets::ShareStart,
+        _ => Offsets::Committed,
+    };
+    if let Some(d) = &description
         && !d.inactive()
     {
         let why = format!(
-            "group '{group}' is active (state {}, {})",
+            "{} '{group}' is active (state {}, {})",
+            kind.group(),
             d.state,
             plural(d.members.len() as u64, "member")
         );
+        let consumers = kind.consumers();
         if args.execute {
             bail!(
-                "cannot reset the offsets now: {why}; stop its consumers, wait until \
-                     `sluice group describe {group}` shows state Empty, then run this again"
+                "cannot reset the {}s now: {why}; stop its {consumers}, wait until \
+                 `sluice group describe {group}` shows state Empty, then run this again",
+                kind.noun()
             );
         }
-        eprintln!("note: {why}; --execute will be refused until its consumers stop");
+        eprintln!("note: {why}; --execute will be refused until its {consumers} stop");
     }
-    let committed = committed_offsets(&mut groups, group).await?;
-    let selection = select(&args, &committed)?;
+    let current = match kind {
+        Offsets::Committed => committed_offsets(&mut groups, group).await?,
+        Offsets::ShareStart => share::start_offsets(&mut groups, group).await?,
+    };
+    let selection = select(&args, kind, &current)?;
     let leaders = resolve(&mut groups.cluster, &selection).await?;
-    let plan = make_plan(&mut groups.cluster, args.reset_to(), &leaders, &committed).await?;
+    let plan = make_plan(&mut groups.cluster, args.reset_to(), &leaders, &current).await?;
     let unshiftable: Vec<String> = plan
         .iter()
         .filter(|r| r.new.is_none())
@@ -315,31 +372,56 @@ pub(super) async fn run(args: ResetArgs) -> anyhow::Result<()> {
         .collect();
     if !unshiftable.is_empty() {
         bail!(
-            "--shift-by needs a committed offset to shift, and group '{group}' has none for {}; \
+            "--shift-by needs a {noun} to shift, and {} '{group}' has none for {}; \
              set those with --to-earliest, --to-latest or --to-offset first",
-            unshiftable.join(", ")
+            kind.group(),
+            unshiftable.join(", "),
+            noun = kind.noun(),
         );
     }
 
     if args.execute {
-        commit(&mut groups, group, &plan).await?;
+        match kind {
+            Offsets::Committed => commit(&mut groups, group, &plan).await?,
+            Offsets::ShareStart => {
+                let new_offsets = plan
+                    .iter()
+                    .map(|r| {
+                        Ok((
+                            (r.topic.clone(), r.partition),
+                            r.new
+                                .context("a plan without an offset for every partition")?,
+                        ))
+                    })
+                    .collect::<anyhow::Result<BTreeMap<Tp, i64>>>()?;
+                share::alter_start_offsets(&mut groups, group, &new_offsets).await?;
+            }
+        }
     }
     print_plan(&plan, args.json);
     let partitions = plural(plan.len() as u64, "partition");
-    if args.execute {
-        eprintln!("committed new offsets of group '{group}' for {partitions}");
-    } else {
-        eprintln!(
+    match (args.execute, kind) {
+        (true, Offsets::Committed) => {
+            eprintln!("committed new offsets of group '{group}' for {partitions}");
+        }
+        (true, Offsets::ShareStart) => {
+            eprintln!("set new start offsets of share group '{group}' for {partitions}");
+        }
+        (false, Offsets::Committed) => eprintln!(
             "dry run for {partitions}: nothing changed; add --execute to commit these offsets"
-        );
+        ),
+        (false, Offsets::ShareStart) => eprintln!(
+            "dry run for {partitions}: nothing changed; add --execute to set these start offsets"
+        ),
     }
     Ok(())
 }
 
 /// The partitions to reset, per topic (`None`: all of the topic's partitions): those named by
-/// `--topic`, or with `--all-topics` those with a committed offset.
+/// `--topic`, or with `--all-topics` those with a current offset.
 fn select(
     args: &ResetArgs,
+    kind: Offsets,
     committed: &BTreeMap<Tp, i64>,
 ) -> anyhow::Result<BTreeMap<String, Option<Vec<i32>>>> {
     let mut selection: BTreeMap<String, Option<Vec<i32>>> = BTreeMap::new();
@@ -351,9 +433,11 @@ fn select(
         }
         if selection.is_empty() {
             bail!(
-                "group '{}' has no committed offsets, so --all-topics selects nothing; name the \
-                 topics with --topic",
-                args.group
+                "{} '{}' has no {}s, so --all-topics selects nothing; name the topics with \
+                 --topic",
+                kind.group(),
+                args.group,
+                kind.noun()
             );
         }
     }

@@ -329,6 +329,10 @@ impl ShareGroup {
         self.settings = settings;
     }
 
+    pub fn has_member(&self, member_id: &str) -> bool {
+        self.members.contains_key(member_id)
+    }
+
     pub fn member_count(&self) -> usize {
         self.members.len()
     }
@@ -816,8 +820,9 @@ impl ShareGroup {
     /// Sets the start offset of `tp` (an admin reset; the group must be empty).
     pub fn reset_offset(&mut self, tp: TopicPartition, offset: i64) -> Result<(), GroupError> {
         if !self.members.is_empty() {
-            return Err(GroupError::NonEmptyGroup {
+            return Err(GroupError::ShareGroupActive {
                 group_id: self.group_id.clone(),
+                members: self.members.len(),
             });
         }
         match self.partitions.get_mut(&tp) {
@@ -834,8 +839,9 @@ impl ShareGroup {
     /// Forgets the share-partitions of `tp` (DeleteShareGroupOffsets; the group must be empty).
     pub fn delete_offset(&mut self, tp: TopicPartition) -> Result<bool, GroupError> {
         if !self.members.is_empty() {
-            return Err(GroupError::NonEmptyGroup {
+            return Err(GroupError::ShareGroupActive {
                 group_id: self.group_id.clone(),
+                members: self.members.len(),
             });
         }
         Ok(self.partitions.remove(&tp).is_some())

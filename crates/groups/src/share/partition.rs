@@ -480,15 +480,13 @@ impl SharePartition {
     pub fn first_acquirable(&self, hwm: i64, cfg: &ShareConfig) -> Option<i64> {
         if self.available > 0 {
             let from = (self.avail_hint.max(self.start) - self.start) as usize;
-            let mut offset = self.start + from as i64;
-            for rec in self.recs.range(from.min(self.recs.len())..) {
-                if offset >= hwm {
-                    break;
-                }
-                if rec.state == State::Available {
-                    return Some(offset);
-                }
-                offset += 1;
+            let offsets = self.start + from as i64..hwm;
+            let recs = self.recs.range(from.min(self.recs.len())..);
+            if let Some((offset, _)) = offsets
+                .zip(recs)
+                .find(|(_, rec)| rec.state == State::Available)
+            {
+                return Some(offset);
             }
         }
         (self.recs.len() < cfg.max_in_flight as usize && self.end() < hwm).then(|| self.end())

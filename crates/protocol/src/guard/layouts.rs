@@ -11,7 +11,9 @@
 // ListGroups 0-5; DescribeGroups 0-5; DeleteGroups 0-2; ConsumerGroupHeartbeat 0-1;
 // ConsumerGroupDescribe 0-0; SaslHandshake 0-1; SaslAuthenticate 0-2;
 // DescribeUserScramCredentials 0-0; AlterUserScramCredentials 0-0; CreateAcls 0-3;
-// DescribeAcls 0-3; DeleteAcls 0-3; DescribeClientQuotas 0-1;
+// DescribeAcls 0-3; DeleteAcls 0-3; DescribeClientQuotas 0-1; ShareGroupHeartbeat 1-1;
+// ShareGroupDescribe 1-1; ShareFetch 1-2; ShareAcknowledge 1-2; DescribeShareGroupOffsets 0-0;
+// AlterShareGroupOffsets 0-0; DeleteShareGroupOffsets 0-0;
 
 use super::layout::Prim::*;
 use super::layout::{Elem, Field, MAX, Message, Struct, Ty, V};
@@ -975,6 +977,243 @@ static DESCRIBE_CLIENT_QUOTAS_REQUEST_FIELDS: Struct = Struct {
     ],
 };
 
+static SHARE_GROUP_HEARTBEAT_REQUEST_FIELDS: Struct = Struct {
+    name: "ShareGroupHeartbeatRequest",
+    fields: &[
+        Field::new("group_id", Ty::One(Elem::Prim(String)), V(1, MAX)),
+        Field::new("member_id", Ty::One(Elem::Prim(String)), V(1, MAX)),
+        Field::new("member_epoch", Ty::One(Elem::Prim(Int32)), V(1, MAX)),
+        Field::new("rack_id", Ty::One(Elem::Prim(String)), V(1, MAX)).nullable(),
+        Field::new(
+            "subscribed_topic_names",
+            Ty::Array(Elem::Prim(String)),
+            V(1, MAX),
+        )
+        .nullable(),
+    ],
+};
+
+static SHARE_GROUP_DESCRIBE_REQUEST_FIELDS: Struct = Struct {
+    name: "ShareGroupDescribeRequest",
+    fields: &[
+        Field::new("group_ids", Ty::Array(Elem::Prim(String)), V(1, MAX)),
+        Field::new(
+            "include_authorized_operations",
+            Ty::One(Elem::Prim(Bool)),
+            V(1, MAX),
+        ),
+    ],
+};
+
+static SHARE_FETCH_REQUEST_ACKNOWLEDGEMENT_BATCH: Struct = Struct {
+    name: "AcknowledgementBatch",
+    fields: &[
+        Field::new("first_offset", Ty::One(Elem::Prim(Int64)), V(0, MAX)),
+        Field::new("last_offset", Ty::One(Elem::Prim(Int64)), V(0, MAX)),
+        Field::new("acknowledge_types", Ty::Array(Elem::Prim(Int8)), V(0, MAX)),
+    ],
+};
+
+static SHARE_FETCH_REQUEST_FETCH_PARTITION: Struct = Struct {
+    name: "FetchPartition",
+    fields: &[
+        Field::new("partition_index", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("partition_max_bytes", Ty::One(Elem::Prim(Int32)), V(0, 0)),
+        Field::new(
+            "acknowledgement_batches",
+            Ty::Array(Elem::Struct(&SHARE_FETCH_REQUEST_ACKNOWLEDGEMENT_BATCH)),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static SHARE_FETCH_REQUEST_FETCH_TOPIC: Struct = Struct {
+    name: "FetchTopic",
+    fields: &[
+        Field::new("topic_id", Ty::One(Elem::Prim(Uuid)), V(0, MAX)),
+        Field::new(
+            "partitions",
+            Ty::Array(Elem::Struct(&SHARE_FETCH_REQUEST_FETCH_PARTITION)),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static SHARE_FETCH_REQUEST_FORGOTTEN_TOPIC: Struct = Struct {
+    name: "ForgottenTopic",
+    fields: &[
+        Field::new("topic_id", Ty::One(Elem::Prim(Uuid)), V(0, MAX)),
+        Field::new("partitions", Ty::Array(Elem::Prim(Int32)), V(0, MAX)),
+    ],
+};
+
+static SHARE_FETCH_REQUEST_FIELDS: Struct = Struct {
+    name: "ShareFetchRequest",
+    fields: &[
+        Field::new("group_id", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("member_id", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("share_session_epoch", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("max_wait_ms", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("min_bytes", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("max_bytes", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("max_records", Ty::One(Elem::Prim(Int32)), V(1, MAX)),
+        Field::new("batch_size", Ty::One(Elem::Prim(Int32)), V(1, MAX)),
+        Field::new("share_acquire_mode", Ty::One(Elem::Prim(Int8)), V(2, MAX)),
+        Field::new("is_renew_ack", Ty::One(Elem::Prim(Bool)), V(2, MAX)),
+        Field::new(
+            "topics",
+            Ty::Array(Elem::Struct(&SHARE_FETCH_REQUEST_FETCH_TOPIC)),
+            V(0, MAX),
+        ),
+        Field::new(
+            "forgotten_topics_data",
+            Ty::Array(Elem::Struct(&SHARE_FETCH_REQUEST_FORGOTTEN_TOPIC)),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static SHARE_ACKNOWLEDGE_REQUEST_ACKNOWLEDGEMENT_BATCH: Struct = Struct {
+    name: "AcknowledgementBatch",
+    fields: &[
+        Field::new("first_offset", Ty::One(Elem::Prim(Int64)), V(0, MAX)),
+        Field::new("last_offset", Ty::One(Elem::Prim(Int64)), V(0, MAX)),
+        Field::new("acknowledge_types", Ty::Array(Elem::Prim(Int8)), V(0, MAX)),
+    ],
+};
+
+static SHARE_ACKNOWLEDGE_REQUEST_ACKNOWLEDGE_PARTITION: Struct = Struct {
+    name: "AcknowledgePartition",
+    fields: &[
+        Field::new("partition_index", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new(
+            "acknowledgement_batches",
+            Ty::Array(Elem::Struct(
+                &SHARE_ACKNOWLEDGE_REQUEST_ACKNOWLEDGEMENT_BATCH,
+            )),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static SHARE_ACKNOWLEDGE_REQUEST_ACKNOWLEDGE_TOPIC: Struct = Struct {
+    name: "AcknowledgeTopic",
+    fields: &[
+        Field::new("topic_id", Ty::One(Elem::Prim(Uuid)), V(0, MAX)),
+        Field::new(
+            "partitions",
+            Ty::Array(Elem::Struct(
+                &SHARE_ACKNOWLEDGE_REQUEST_ACKNOWLEDGE_PARTITION,
+            )),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static SHARE_ACKNOWLEDGE_REQUEST_FIELDS: Struct = Struct {
+    name: "ShareAcknowledgeRequest",
+    fields: &[
+        Field::new("group_id", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("member_id", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+        Field::new("share_session_epoch", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("is_renew_ack", Ty::One(Elem::Prim(Bool)), V(2, MAX)),
+        Field::new(
+            "topics",
+            Ty::Array(Elem::Struct(&SHARE_ACKNOWLEDGE_REQUEST_ACKNOWLEDGE_TOPIC)),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: Struct =
+    Struct {
+        name: "DescribeShareGroupOffsetsRequestTopic",
+        fields: &[
+            Field::new("topic_name", Ty::One(Elem::Prim(String)), V(0, MAX)),
+            Field::new("partitions", Ty::Array(Elem::Prim(Int32)), V(0, MAX)),
+        ],
+    };
+
+static DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_GROUP: Struct = Struct {
+    name: "DescribeShareGroupOffsetsRequestGroup",
+    fields: &[
+        Field::new("group_id", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("topics", Ty::Array(Elem::Struct(&DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC)), V(0, MAX)).nullable(),
+    ],
+};
+
+static DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_FIELDS: Struct = Struct {
+    name: "DescribeShareGroupOffsetsRequest",
+    fields: &[Field::new(
+        "groups",
+        Ty::Array(Elem::Struct(
+            &DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_GROUP,
+        )),
+        V(0, MAX),
+    )],
+};
+
+static ALTER_SHARE_GROUP_OFFSETS_REQUEST_ALTER_SHARE_GROUP_OFFSETS_REQUEST_PARTITION: Struct =
+    Struct {
+        name: "AlterShareGroupOffsetsRequestPartition",
+        fields: &[
+            Field::new("partition_index", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+            Field::new("start_offset", Ty::One(Elem::Prim(Int64)), V(0, MAX)),
+        ],
+    };
+
+static ALTER_SHARE_GROUP_OFFSETS_REQUEST_ALTER_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: Struct = Struct {
+    name: "AlterShareGroupOffsetsRequestTopic",
+    fields: &[
+        Field::new("topic_name", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new(
+            "partitions",
+            Ty::Array(Elem::Struct(
+                &ALTER_SHARE_GROUP_OFFSETS_REQUEST_ALTER_SHARE_GROUP_OFFSETS_REQUEST_PARTITION,
+            )),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static ALTER_SHARE_GROUP_OFFSETS_REQUEST_FIELDS: Struct = Struct {
+    name: "AlterShareGroupOffsetsRequest",
+    fields: &[
+        Field::new("group_id", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new(
+            "topics",
+            Ty::Array(Elem::Struct(
+                &ALTER_SHARE_GROUP_OFFSETS_REQUEST_ALTER_SHARE_GROUP_OFFSETS_REQUEST_TOPIC,
+            )),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static DELETE_SHARE_GROUP_OFFSETS_REQUEST_DELETE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: Struct =
+    Struct {
+        name: "DeleteShareGroupOffsetsRequestTopic",
+        fields: &[Field::new(
+            "topic_name",
+            Ty::One(Elem::Prim(String)),
+            V(0, MAX),
+        )],
+    };
+
+static DELETE_SHARE_GROUP_OFFSETS_REQUEST_FIELDS: Struct = Struct {
+    name: "DeleteShareGroupOffsetsRequest",
+    fields: &[
+        Field::new("group_id", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new(
+            "topics",
+            Ty::Array(Elem::Struct(
+                &DELETE_SHARE_GROUP_OFFSETS_REQUEST_DELETE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC,
+            )),
+            V(0, MAX),
+        ),
+    ],
+};
+
 /// The request header (versions 1 and 2; version 0 is used by no supported API).
 pub(crate) static REQUEST_HEADER: Message = Message {
     api_key: -1,
@@ -1153,5 +1392,40 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 48,
         flexible: V(1, MAX),
         body: &DESCRIBE_CLIENT_QUOTAS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 76,
+        flexible: V(1, MAX),
+        body: &SHARE_GROUP_HEARTBEAT_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 77,
+        flexible: V(1, MAX),
+        body: &SHARE_GROUP_DESCRIBE_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 78,
+        flexible: V(0, MAX),
+        body: &SHARE_FETCH_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 79,
+        flexible: V(0, MAX),
+        body: &SHARE_ACKNOWLEDGE_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 90,
+        flexible: V(0, MAX),
+        body: &DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 91,
+        flexible: V(0, MAX),
+        body: &ALTER_SHARE_GROUP_OFFSETS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 92,
+        flexible: V(0, MAX),
+        body: &DELETE_SHARE_GROUP_OFFSETS_REQUEST_FIELDS,
     },
 ];

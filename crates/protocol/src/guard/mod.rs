@@ -23,7 +23,9 @@
 //!
 //! The walk follows exactly the path `kafka-protocol` 0.18's decoders take (varints of at most
 //! five bytes, known tagged fields decoded by type whatever size they declare, unknown ones
-//! skipped by size, trailing bytes ignored), so a frame `kafka-protocol` decodes is never refused:
+//! skipped by size, trailing bytes ignored; for ShareFetch and ShareAcknowledge v2, which
+//! `kafka-protocol` does not know, the path of [`crate::share_v2`], which is its v1 path with the
+//! fixed-size fields v2 adds read in between), so a frame the codec decodes is never refused:
 //! a guard that rejected a valid client request would be a worse bug than the crash. The other
 //! way round is deliberately loose: the guard only looks at lengths, so a frame it accepts may
 //! still fail to decode (bad UTF-8, a tag not valid for the version), which is fine, because

@@ -1,7 +1,7 @@
-//! The guard against the codec crate, for every supported (api, version): frames built from the
-//! layout table decode with `kafka-protocol` and re-encode to the same bytes (so the table is the
-//! codec's layout), `kafka-protocol`'s own encodings pass the guard, and no rewrite or mutation
-//! makes the guard refuse a frame `kafka-protocol` decodes.
+//! The guard against the codec (`kafka-protocol`, with `share_v2` for the versions it adds), for
+//! every supported (api, version): frames built from the layout table decode with the codec and
+//! re-encode to the same bytes (so the table is the codec's layout), the codec's own encodings
+//! pass the guard, and no rewrite or mutation makes the guard refuse a frame the codec decodes.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::*;
@@ -24,14 +24,16 @@ fn supported_pairs() -> Vec<(ApiKey, i16)> {
         .collect()
 }
 
-/// `kafka-protocol` alone on `frame`: the header, the body, and the bytes it left unread.
+/// The codec alone on `frame` (`kafka-protocol`, with `share_v2` for the versions it adds; no
+/// guard): the header, the body, and the bytes it left unread.
 fn codec_decode(frame: &[u8]) -> Result<(RequestHeader, RequestKind, usize), String> {
     let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).map_err(|_| "api")?;
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let mut buf = Bytes::copy_from_slice(frame);
     let header = RequestHeader::decode(&mut buf, api.request_header_version(version))
         .map_err(|e| format!("header: {e}"))?;
-    let body = RequestKind::decode(api, &mut buf, version).map_err(|e| format!("body: {e}"))?;
+    let body = crate::codec::decode_request_body(api, &mut buf, version)
+        .map_err(|e| format!("body: {e}"))?;
     Ok((header, body, buf.len()))
 }
 
@@ -111,17 +113,26 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
         ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
         ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
+        ApiKey::ShareGroupHeartbeat => RequestKind::ShareGroupHeartbeat(Default::default()),
+        ApiKey::ShareGroupDescribe => RequestKind::ShareGroupDescribe(Default::default()),
+        ApiKey::ShareFetch => RequestKind::ShareFetch(Default::default()),
+        ApiKey::ShareAcknowledge => RequestKind::ShareAcknowledge(Default::default()),
+        ApiKey::DescribeShareGroupOffsets => {
+            RequestKind::DescribeShareGroupOffsets(Default::default())
+        }
+        ApiKey::AlterShareGroupOffsets => RequestKind::AlterShareGroupOffsets(Default::default()),
+        ApiKey::DeleteShareGroupOffsets => RequestKind::DeleteShareGroupOffsets(Default::default()),
         other => panic!("no default body for {other:?}: add it with the API to SUPPORTED"),
     }
 }
 
-/// `header` and `body` as `kafka-protocol` encodes them (no size prefix).
+/// `header` and `body` as the codec encodes them (no size prefix).
 fn codec_encode(api: ApiKey, version: i16, header: &RequestHeader, body: &RequestKind) -> Vec<u8> {
     let mut buf = BytesMut::new();
     header
         .encode(&mut buf, api.request_header_version(version))
         .expect("encode header");
-    body.encode(&mut buf, version).expect("encode body");
+    crate::codec::encode_request_body(&mut buf, body, version).expect("encode body");
     buf.to_vec()
 }
 
@@ -208,7 +219,8 @@ fn default_requests_encoded_by_the_codec_pass() {
         let mut buf = BytesMut::new();
         if header
             .encode(&mut buf, api.request_header_version(version))
-            .and_then(|()| body.encode(&mut buf, version))
+            .map_err(|e| e.to_string())
+            .and_then(|()| crate::codec::encode_request_body(&mut buf, &body, version))
             .is_err()
         {
             // Some defaults cannot be written in some versions (a null the version forbids).
@@ -382,5 +394,251 @@ proptest! {
             apply(&mut frame, api, version, m);
         }
         guard_refusal_implies_codec_failure(&frame);
+    }
+}
+
+/// The share-group APIs (KIP-932).
+const SHARE_APIS: [ApiKey; 7] = [
+    ApiKey::ShareGroupHeartbeat,
+    ApiKey::ShareGroupDescribe,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
+    ApiKey::DescribeShareGroupOffsets,
+    ApiKey::AlterShareGroupOffsets,
+    ApiKey::DeleteShareGroupOffsets,
+];
+
+/// A topic id with every byte `b` (`kafka-protocol` does not re-export its `Uuid` type, so the
+/// value comes from decoding a struct that carries one).
+fn topic_id(b: u8) -> share_fetch_request::ForgottenTopic {
+    let mut wire = vec![b; 16];
+    wire.extend_from_slice(&[1, 0]); // no partitions, no tagged fields
+    Decodable::decode(&mut Bytes::from(wire), 1).expect("forgotten topic")
+}
+
+/// One request of every share-group API with every field set, built with `kafka-protocol`'s own
+/// types (not from the layout table), nested arrays and an unknown tagged field included.
+fn populated_share_bodies() -> Vec<(ApiKey, RequestKind)> {
+    use alter_share_group_offsets_request::{
+        AlterShareGroupOffsetsRequestPartition as AlterPartition,
+        AlterShareGroupOffsetsRequestTopic as AlterTopic,
+    };
+    use delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic as DeleteTopic;
+    use describe_share_group_offsets_request::{
+        DescribeShareGroupOffsetsRequestGroup as DescribeGroup,
+        DescribeShareGroupOffsetsRequestTopic as DescribeTopic,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use share_acknowledge_request as ack;
+    use share_fetch_request as fetch;
+    let s = StrBytes::from_static_str;
+    let group = |g: &'static str| GroupId(s(g));
+    let topic = |t: &'static str| TopicName(s(t));
+    let (id_a, id_b) = (topic_id(0xa5).topic_id, topic_id(0x3c).topic_id);
+    let fetch_acks = vec![
+        fetch::AcknowledgementBatch::default()
+            .with_first_offset(0)
+            .with_last_offset(9)
+            .with_acknowledge_types(vec![1]),
+        fetch::AcknowledgementBatch::default()
+            .with_first_offset(10)
+            .with_last_offset(12)
+            .with_acknowledge_types(vec![1, 2, 3]),
+    ];
+    let ack_acks = vec![
+        ack::AcknowledgementBatch::default()
+            .with_first_offset(5)
+            .with_last_offset(7)
+            .with_acknowledge_types(vec![3, 0, 2]),
+    ];
+    vec![
+        (
+            ApiKey::ShareGroupHeartbeat,
+            RequestKind::ShareGroupHeartbeat(
+                ShareGroupHeartbeatRequest::default()
+                    .with_group_id(group("share-group"))
+                    .with_member_id(s("member-1"))
+                    .with_member_epoch(3)
+                    .with_rack_id(Some(s("rack-a")))
+                    .with_subscribed_topic_names(Some(vec![topic("orders"), topic("audit")]))
+                    .with_unknown_tagged_field(100, Bytes::from_static(b"tag")),
+            ),
+        ),
+        (
+            ApiKey::ShareGroupDescribe,
+            RequestKind::ShareGroupDescribe(
+                ShareGroupDescribeRequest::default()
+                    .with_group_ids(vec![group("g1"), group("g2")])
+                    .with_include_authorized_operations(true),
+            ),
+        ),
+        (
+            ApiKey::ShareFetch,
+            RequestKind::ShareFetch(
+                ShareFetchRequest::default()
+                    .with_group_id(Some(group("share-group")))
+                    .with_member_id(Some(s("member-1")))
+                    .with_share_session_epoch(2)
+                    .with_max_wait_ms(500)
+                    .with_min_bytes(1)
+                    .with_max_bytes(1 << 20)
+                    .with_max_records(500)
+                    .with_batch_size(100)
+                    .with_topics(vec![
+                        fetch::FetchTopic::default()
+                            .with_topic_id(id_a)
+                            .with_partitions(vec![
+                                fetch::FetchPartition::default()
+                                    .with_partition_index(0)
+                                    .with_acknowledgement_batches(fetch_acks),
+                                fetch::FetchPartition::default().with_partition_index(3),
+                            ]),
+                    ])
+                    .with_forgotten_topics_data(vec![
+                        fetch::ForgottenTopic::default()
+                            .with_topic_id(id_b)
+                            .with_partitions(vec![1, 2]),
+                    ]),
+            ),
+        ),
+        (
+            ApiKey::ShareAcknowledge,
+            RequestKind::ShareAcknowledge(
+                ShareAcknowledgeRequest::default()
+                    .with_group_id(Some(group("share-group")))
+                    .with_member_id(Some(s("member-1")))
+                    .with_share_session_epoch(4)
+                    .with_topics(vec![
+                        ack::AcknowledgeTopic::default()
+                            .with_topic_id(id_a)
+                            .with_partitions(vec![
+                                ack::AcknowledgePartition::default()
+                                    .with_partition_index(1)
+                                    .with_acknowledgement_batches(ack_acks),
+                            ]),
+                    ]),
+            ),
+        ),
+        (
+            ApiKey::DescribeShareGroupOffsets,
+            RequestKind::DescribeShareGroupOffsets(
+                DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                    DescribeGroup::default()
+                        .with_group_id(group("g1"))
+                        .with_topics(Some(vec![
+                            DescribeTopic::default()
+                                .with_topic_name(topic("orders"))
+                                .with_partitions(vec![0, 1, 7]),
+                        ])),
+                    // Null topics: every topic-partition of the group.
+                    DescribeGroup::default()
+                        .with_group_id(group("g2"))
+                        .with_topics(None),
+                ]),
+            ),
+        ),
+        (
+            ApiKey::AlterShareGroupOffsets,
+            RequestKind::AlterShareGroupOffsets(
+                AlterShareGroupOffsetsRequest::default()
+                    .with_group_id(group("share-group"))
+                    .with_topics(vec![
+                        AlterTopic::default()
+                            .with_topic_name(topic("orders"))
+                            .with_partitions(vec![
+                                AlterPartition::default()
+                                    .with_partition_index(0)
+                                    .with_start_offset(42),
+                                AlterPartition::default()
+                                    .with_partition_index(1)
+                                    .with_start_offset(0),
+                            ]),
+                    ]),
+            ),
+        ),
+        (
+            ApiKey::DeleteShareGroupOffsets,
+            RequestKind::DeleteShareGroupOffsets(
+                DeleteShareGroupOffsetsRequest::default()
+                    .with_group_id(group("share-group"))
+                    .with_topics(vec![
+                        DeleteTopic::default().with_topic_name(topic("orders")),
+                        DeleteTopic::default().with_topic_name(topic("audit")),
+                    ]),
+            ),
+        ),
+    ]
+}
+
+/// Every share-group request, default and populated, as `kafka-protocol` writes it in every
+/// supported version: the guard accepts it and the codec reads it back whole; every strict
+/// prefix of it is refused by the guard (and fails in the codec too).
+#[test]
+fn share_group_requests_encoded_by_the_codec_pass_and_truncations_are_refused() {
+    let bodies: Vec<(ApiKey, RequestKind)> = SHARE_APIS
+        .iter()
+        .map(|&api| (api, default_body(api)))
+        .chain(populated_share_bodies())
+        .collect();
+    let mut frames = 0;
+    for (api, body) in bodies {
+        let (min, max) = versions::supported(api).unwrap_or_else(|| panic!("{api:?} supported"));
+        for version in min..=max {
+            let header = RequestHeader::default()
+                .with_request_api_key(api as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(11)
+                .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                    "share-client",
+                )));
+            let frame = codec_encode(api, version, &header, &body);
+            check(&frame, api, version).unwrap_or_else(|e| panic!("{api:?} v{version}: {e}"));
+            let (_, decoded, left) =
+                codec_decode(&frame).unwrap_or_else(|e| panic!("{api:?} v{version}: {e}"));
+            assert_eq!(left, 0, "{api:?} v{version}: codec left bytes");
+            assert_eq!(decoded, body, "{api:?} v{version}: decoded differently");
+            for cut in 0..frame.len() {
+                let truncated = &frame[..cut];
+                assert!(
+                    check(truncated, api, version).is_err(),
+                    "{api:?} v{version}: guard accepted the first {cut} of {} bytes",
+                    frame.len()
+                );
+                if cut >= 8 {
+                    assert!(matches!(
+                        guard_refusal_implies_codec_failure(truncated),
+                        Some(Err(_))
+                    ));
+                }
+            }
+            frames += 1;
+        }
+    }
+    // Default and populated bodies, at v1 and at the v2 of ShareFetch and ShareAcknowledge.
+    assert_eq!(frames, 2 * SHARE_APIS.len() + 2 * 2);
+}
+
+/// ShareFetch and ShareAcknowledge v2 (KIP-1206, KIP-1222) are in Kafka's specs but not in
+/// `kafka-protocol` 0.18: `share_v2` adds them, so they are supported (and advertised by
+/// ApiVersions, which lists `SUPPORTED`) and decode through `decode_request`.
+#[test]
+fn share_fetch_and_acknowledge_v2_are_supported_through_share_v2() {
+    for api in [ApiKey::ShareFetch, ApiKey::ShareAcknowledge] {
+        assert_eq!(versions::supported(api), Some((1, 2)), "{api:?}");
+        assert_eq!(
+            api.valid_versions().max,
+            1,
+            "{api:?}: the codec now knows v2 (decode it there and drop share_v2)"
+        );
+        let header = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(2)
+            .with_correlation_id(5);
+        let frame = codec_encode(api, 2, &header, &default_body(api));
+        check(&frame, api, 2).unwrap_or_else(|e| panic!("{api:?} v2: {e}"));
+        let request = crate::codec::decode_request(Bytes::from(frame))
+            .unwrap_or_else(|e| panic!("{api:?} v2: {e}"));
+        assert_eq!((request.api_key, request.api_version), (api, 2));
+        assert_eq!(request.body, default_body(api));
     }
 }
