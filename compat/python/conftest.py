@@ -1159,7 +1159,9 @@ API_NAMES = {
     50: "DescribeUserScramCredentials", 60: "DescribeCluster", 61: "DescribeProducers",
     65: "DescribeTransactions", 66: "ListTransactions", 68: "ConsumerGroupHeartbeat",
     69: "ConsumerGroupDescribe", 71: "GetTelemetrySubscriptions", 72: "PushTelemetry",
-    75: "DescribeTopicPartitions",
+    75: "DescribeTopicPartitions", 76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe",
+    78: "ShareFetch", 79: "ShareAcknowledge", 90: "DescribeShareGroupOffsets",
+    91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets",
 }
 
 
