@@ -613,3 +613,33 @@ fn v2_fetches_take_an_acquire_mode_and_renew_locks() {
         "a's renewed records stay a's"
     );
 }
+
+#[test]
+fn consumer_group_configs_set_a_kip848_groups_timeouts() {
+    let f = Fixture::new(1);
+    assert_eq!(
+        f.set_configs("cg", &[("consumer.heartbeat.interval.ms", "2000")]),
+        0
+    );
+    // The interval must stay below the session timeout (here the broker's 45 s default).
+    assert_eq!(
+        f.set_configs("cg", &[("consumer.heartbeat.interval.ms", "50000")]),
+        ResponseError::InvalidConfig.code()
+    );
+    let req = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("cg")))
+        .with_member_id(s("m"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(1000)
+        .with_subscribed_topic_names(Some(vec![TopicName(s("q"))]));
+    match f.call(
+        ApiKey::ConsumerGroupHeartbeat,
+        1,
+        RequestKind::ConsumerGroupHeartbeat(req),
+    ) {
+        ResponseKind::ConsumerGroupHeartbeat(r) => {
+            assert_eq!((r.error_code, r.heartbeat_interval_ms), (0, 2000), "{r:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

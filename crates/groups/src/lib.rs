@@ -677,9 +677,7 @@ impl Coordinator {
                         });
                     }
                     group.kind = new_kind();
-                    if let Kind::Share(g) = &mut group.kind {
-                        g.set_settings(self.share_settings(&group.configs));
-                    }
+                    share_api::apply_configs(&self.config, group);
                 }
                 Ok(group)
             }
@@ -1316,9 +1314,7 @@ fn restored_group(
     let mut group = Group::new(kind, epoch);
     group.offsets = offsets;
     group.configs = configs;
-    if let Kind::Share(g) = &mut group.kind {
-        g.set_settings(share_settings(&config.share, &group.configs));
-    }
+    share_api::apply_configs(config, &mut group);
     Some(group)
 }
 

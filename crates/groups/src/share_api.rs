@@ -14,11 +14,12 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 use crate::assignor::TopicInfo;
+use crate::consumer::ConsumerConfig;
 use crate::share::{
     self, AckError, AckOutcome, AcquirePolicy, Acquired, AutoOffsetReset, SessionOutcome,
     ShareSettings, TopicPartition,
 };
-use crate::{Coordinator, Durable, GroupError, GroupType, Kind};
+use crate::{Coordinator, Durable, Group, GroupConfig, GroupError, GroupType, Kind};
 
 /// The log as share fetches read it.
 pub trait ShareLog {
@@ -90,8 +91,10 @@ impl AcquireWaits {
     }
 }
 
-/// Names and defaults of every group config a group can be given.
+/// Names of every group config a group can be given.
 pub const GROUP_CONFIGS: &[&str] = &[
+    "consumer.session.timeout.ms",
+    "consumer.heartbeat.interval.ms",
     "share.session.timeout.ms",
     "share.heartbeat.interval.ms",
     "share.record.lock.duration.ms",
@@ -104,6 +107,8 @@ pub const GROUP_CONFIGS: &[&str] = &[
 
 /// Bounds on the numeric group configs: `(name, min, max)`.
 const NUMERIC_BOUNDS: &[(&str, i64, i64)] = &[
+    ("consumer.session.timeout.ms", 1_000, 1_800_000),
+    ("consumer.heartbeat.interval.ms", 100, 600_000),
     ("share.session.timeout.ms", 1_000, 1_800_000),
     ("share.heartbeat.interval.ms", 100, 600_000),
     ("share.record.lock.duration.ms", 1_000, 3_600_000),
@@ -149,9 +154,38 @@ pub(crate) fn share_settings(
     s
 }
 
+/// The effective settings of a KIP-848 consumer group: `defaults` with its `configs` on top.
+pub(crate) fn consumer_settings(
+    defaults: &ConsumerConfig,
+    configs: &BTreeMap<String, String>,
+) -> ConsumerConfig {
+    let mut c = defaults.clone();
+    let num = |name: &str| configs.get(name).and_then(|v| v.parse::<i32>().ok());
+    if let Some(v) = num("consumer.session.timeout.ms") {
+        c.session_timeout_ms = v;
+    }
+    if let Some(v) = num("consumer.heartbeat.interval.ms") {
+        c.heartbeat_interval_ms = v;
+    }
+    c
+}
+
+/// Puts a group's configs into effect on its state machine (consumer and share groups; a
+/// classic group's timeouts come from its members' JoinGroup).
+pub(crate) fn apply_configs(config: &GroupConfig, group: &mut Group) {
+    match &mut group.kind {
+        Kind::Share(g) => g.set_settings(share_settings(&config.share, &group.configs)),
+        Kind::Consumer(g) => g.set_config(consumer_settings(&config.consumer, &group.configs)),
+        Kind::Classic(_) => {}
+    }
+}
+
 /// The value a group config has when the group does not set it.
-fn default_value(defaults: &ShareSettings, name: &str) -> String {
+fn default_value(config: &GroupConfig, name: &str) -> String {
+    let defaults = &config.share;
     match name {
+        "consumer.session.timeout.ms" => config.consumer.session_timeout_ms.to_string(),
+        "consumer.heartbeat.interval.ms" => config.consumer.heartbeat_interval_ms.to_string(),
         "share.session.timeout.ms" => defaults.session_timeout_ms.to_string(),
         "share.heartbeat.interval.ms" => defaults.heartbeat_interval_ms.to_string(),
         "share.record.lock.duration.ms" => defaults.record_lock_duration_ms.to_string(),
@@ -199,6 +233,29 @@ fn validate_config(name: &str, value: &str) -> Result<(), GroupError> {
     }
 }
 
+/// Checks the configs that depend on each other: a heartbeat interval below its session
+/// timeout (either may be the broker's default).
+fn check_together(
+    config: &GroupConfig,
+    configs: &BTreeMap<String, String>,
+) -> Result<(), GroupError> {
+    let consumer = consumer_settings(&config.consumer, configs);
+    if consumer.heartbeat_interval_ms >= consumer.session_timeout_ms {
+        return Err(GroupError::InvalidConfig(format!(
+            "consumer.heartbeat.interval.ms ({}) must be less than consumer.session.timeout.ms ({})",
+            consumer.heartbeat_interval_ms, consumer.session_timeout_ms
+        )));
+    }
+    let share = share_settings(&config.share, configs);
+    if share.heartbeat_interval_ms >= share.session_timeout_ms {
+        return Err(GroupError::InvalidConfig(format!(
+            "share.heartbeat.interval.ms ({}) must be less than share.session.timeout.ms ({})",
+            share.heartbeat_interval_ms, share.session_timeout_ms
+        )));
+    }
+    Ok(())
+}
+
 /// One group config as DescribeConfigs reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupConfigEntry {
@@ -230,11 +287,6 @@ impl Coordinator {
             ));
         }
         Ok(())
-    }
-
-    /// The effective settings of a share group with `configs`.
-    pub(crate) fn share_settings(&self, configs: &BTreeMap<String, String>) -> ShareSettings {
-        share_settings(&self.config.share, configs)
     }
 
     /// ShareGroupHeartbeat: answers after any change it made is durable.
@@ -590,7 +642,7 @@ impl Coordinator {
                 },
                 None => GroupConfigEntry {
                     name,
-                    value: default_value(&self.config.share, name),
+                    value: default_value(&self.config, name),
                     is_set: false,
                 },
             })
@@ -631,23 +683,24 @@ impl Coordinator {
                 Some(g) => g,
                 None => self.group_for(&mut inner, group_id, GroupType::Classic)?,
             };
-            if replace {
-                group.configs.clear();
-            }
+            let mut configs = if replace {
+                BTreeMap::new()
+            } else {
+                group.configs.clone()
+            };
             for (name, value) in changes {
                 match value {
                     Some(v) => {
-                        group.configs.insert(name, v);
+                        configs.insert(name, v);
                     }
                     None => {
-                        group.configs.remove(&name);
+                        configs.remove(&name);
                     }
                 }
             }
-            let settings = share_settings(&self.config.share, &group.configs);
-            if let Kind::Share(g) = &mut group.kind {
-                g.set_settings(settings);
-            }
+            check_together(&self.config, &configs)?;
+            group.configs = configs;
+            apply_configs(&self.config, group);
             self.persist(group_id, group)
         };
         durable.await.map_err(GroupError::StateNotStored)

@@ -42,3 +42,20 @@ pub fn listed(cluster: bool) -> ApiVersionsResponse {
 pub fn unsupported_version() -> ApiVersionsResponse {
     handle().with_error_code(crate::errors::UNSUPPORTED_VERSION)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_mode_leaves_out_share_groups_and_nothing_else() {
+        let all = listed(false).api_keys;
+        let cluster = listed(true).api_keys;
+        assert_eq!(all.len(), SUPPORTED.len());
+        assert_eq!(cluster.len(), SUPPORTED.len() - SHARE_APIS.len());
+        for api in SHARE_APIS {
+            assert!(all.iter().any(|a| a.api_key == api as i16), "{api:?}");
+            assert!(!cluster.iter().any(|a| a.api_key == api as i16), "{api:?}");
+        }
+    }
+}

@@ -47,7 +47,9 @@ fn config_type(name: &str) -> i8 {
         "cleanup.policy" => TYPE_LIST,
         "max.message.bytes" | "segment.bytes" => TYPE_INT,
         "retention.ms" | "retention.bytes" | "segment.ms" => TYPE_LONG,
-        "share.session.timeout.ms"
+        "consumer.session.timeout.ms"
+        | "consumer.heartbeat.interval.ms"
+        | "share.session.timeout.ms"
         | "share.heartbeat.interval.ms"
         | "share.record.lock.duration.ms"
         | "share.delivery.count.limit"

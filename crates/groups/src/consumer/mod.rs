@@ -369,6 +369,12 @@ impl ConsumerGroup {
         }
     }
 
+    /// New settings from a change of the group's configs (`consumer.*`): they apply from the
+    /// next heartbeat of each member.
+    pub fn set_config(&mut self, config: ConsumerConfig) {
+        self.config = config;
+    }
+
     pub fn group_id(&self) -> &str {
         &self.group_id
     }
