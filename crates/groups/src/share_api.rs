@@ -356,7 +356,8 @@ impl Coordinator {
             let Kind::Share(g) = &mut group.kind else {
                 return Err(not_share(group_id));
             };
-            if !g.has_member(member_id) {
+            let known = g.has_member(member_id) || (!is_fetch && g.has_session_owner(member_id));
+            if !known {
                 return Err(GroupError::unknown_member(group_id, member_id));
             }
             let now = self.clock.now_ms();

@@ -284,6 +284,11 @@ pub struct ShareGroup {
     sessions: BTreeMap<String, Session>,
     session_deadlines: BTreeMap<String, i64>,
     next_key: u32,
+    /// Members that left (heartbeat epoch -1) with a share session still open: a client
+    /// leaves and sends its last acknowledgements (ShareAcknowledge, epoch -1) at the same
+    /// time, so their records stay theirs until that closes the session, or until a lock
+    /// duration has passed: `member id → (key, deadline)`.
+    departed: BTreeMap<String, (MemberKey, i64)>,
 }
 
 /// What survives a restart.
@@ -312,6 +317,7 @@ impl ShareGroup {
             sessions: BTreeMap::new(),
             session_deadlines: BTreeMap::new(),
             next_key: 0,
+            departed: BTreeMap::new(),
         }
     }
 
@@ -355,6 +361,9 @@ impl ShareGroup {
     }
 
     fn key_of(&mut self, member_id: &str) -> Option<MemberKey> {
+        if let Some(&(key, _)) = self.departed.get(member_id) {
+            return Some(key);
+        }
         let member = self.members.get_mut(member_id)?;
         if member.key.is_none() {
             member.key = Some(MemberKey(self.next_key));
@@ -389,7 +398,7 @@ impl ShareGroup {
                 if !self.members.contains_key(&req.member_id) {
                     return refuse(GroupError::unknown_member(&self.group_id, &req.member_id));
                 }
-                self.remove_member(&req.member_id);
+                self.leave(now, &req.member_id);
                 self.reassign(topics);
                 return (
                     HeartbeatResult {
@@ -417,6 +426,11 @@ impl ShareGroup {
                     return refuse(GroupError::GroupMaxSizeReached {
                         members_max: self.settings.members_max,
                     });
+                }
+                if let Some((old, _)) = self.departed.remove(&req.member_id) {
+                    // Back after leaving: what it still held goes to the others.
+                    self.release_key(old);
+                    self.sessions.remove(&req.member_id);
                 }
                 if let Some(old) = self.members.get(&req.member_id).and_then(|m| m.key) {
                     // A rejoin with the same id: what it held goes back to the others.
@@ -558,7 +572,26 @@ impl ShareGroup {
         self.targets = targets;
     }
 
+    /// A member that leaves: out of the group at once; with a share session open, its records
+    /// wait for the session's close (see `departed`).
+    fn leave(&mut self, now: i64, member_id: &str) {
+        let key = self.members.get(member_id).and_then(|m| m.key);
+        match key {
+            Some(key) if self.sessions.contains_key(member_id) => {
+                self.members.remove(member_id);
+                self.session_deadlines.remove(member_id);
+                self.targets.remove(member_id);
+                let deadline = now.saturating_add(self.settings.record_lock_duration_ms);
+                self.departed.insert(member_id.to_owned(), (key, deadline));
+            }
+            _ => self.remove_member(member_id),
+        }
+    }
+
     fn remove_member(&mut self, member_id: &str) {
+        if let Some((key, _)) = self.departed.remove(member_id) {
+            self.release_key(key);
+        }
         if let Some(key) = self.members.remove(member_id).and_then(|m| m.key) {
             self.release_key(key);
         }
@@ -576,7 +609,12 @@ impl ShareGroup {
 
     /// The earliest time something is due: a member's session, a record lock.
     pub fn next_deadline(&self) -> Option<i64> {
-        let sessions = self.session_deadlines.values().min().copied();
+        let sessions = self
+            .session_deadlines
+            .values()
+            .chain(self.departed.values().map(|(_, d)| d))
+            .min()
+            .copied();
         let locks = self
             .partitions
             .values()
@@ -594,6 +632,16 @@ impl ShareGroup {
             .filter(|&(_, &d)| d <= now)
             .map(|(id, _)| id.clone())
             .collect();
+        let gone: Vec<String> = self
+            .departed
+            .iter()
+            .filter(|&(_, &(_, d))| d <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            // Left without closing its share session: what it held goes to the others.
+            self.remove_member(&id);
+        }
         let mut changed = false;
         for id in &expired {
             tracing::info!(group = %self.group_id, member = %id, "share group member's session expired; its records go to the others");
@@ -621,7 +669,9 @@ impl ShareGroup {
         forgetting: &[TopicPartition],
         is_fetch: bool,
     ) -> Result<SessionOutcome, GroupError> {
-        if !self.members.contains_key(member_id) {
+        // A member that left may still acknowledge and close its session, not fetch.
+        let may_ack = !is_fetch && self.departed.contains_key(member_id);
+        if !self.members.contains_key(member_id) && !may_ack {
             return Err(GroupError::unknown_member(&self.group_id, member_id));
         }
         match epoch {
@@ -689,11 +739,19 @@ impl ShareGroup {
         }
     }
 
-    /// Releases every record the member holds (its session closed).
+    /// Releases every record the member holds (its session closed); a member that left is
+    /// then gone for good.
     pub fn release_member(&mut self, member_id: &str) {
-        if let Some(key) = self.key_of(member_id) {
+        if let Some((key, _)) = self.departed.remove(member_id) {
+            self.release_key(key);
+        } else if let Some(key) = self.key_of(member_id) {
             self.release_key(key);
         }
+    }
+
+    /// Whether the member is in the group, or left with its share session still open.
+    pub fn has_session_owner(&self, member_id: &str) -> bool {
+        self.members.contains_key(member_id) || self.departed.contains_key(member_id)
     }
 
     /// Acknowledges one partition's batches for the member: `(first, last, types)` each.

@@ -232,3 +232,62 @@ fn acknowledged_records_survive_a_snapshot_and_acquired_ones_come_back() {
     let again = restored.acquire(100, "a", tp, 10, 10);
     assert_eq!(again.first().map(|a| a.first_offset), Some(5));
 }
+
+#[test]
+fn a_member_that_leaves_can_still_acknowledge_and_close_its_session() {
+    let t = topics(&[("q", 1)]);
+    let tp = (*t.keys().next().unwrap(), 0);
+    let mut g = group();
+    g.heartbeat(0, join("a", &["q"]), &t);
+    g.heartbeat(0, join("b", &["q"]), &t);
+    g.session("a", 0, &[tp], &[], true).unwrap();
+    g.partition_mut(tp, 0, 10);
+    assert_eq!(g.acquire(0, "a", tp, 10, 10).len(), 1);
+    // The leave heartbeat and the last acknowledgements go out together; the leave lands first.
+    let (r, _) = g.heartbeat(1, beat("a", -1), &t);
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(g.member_count(), 1);
+    // Fetching is over for it; acknowledging and closing are not.
+    assert!(matches!(
+        g.session("a", 1, &[], &[], true),
+        Err(GroupError::UnknownMemberId(_))
+    ));
+    let (outcome, changed) = g.acknowledge(2, "a", tp, &[(0, 5, vec![1])]);
+    assert!(outcome.is_ok() && changed, "{outcome:?}");
+    assert_eq!(
+        g.session("a", SESSION_CLOSE_EPOCH, &[], &[], false)
+            .unwrap(),
+        SessionOutcome::Closed
+    );
+    g.release_member("a");
+    // What it did not acknowledge went back at the close; what it did never comes back.
+    g.session("b", 0, &[tp], &[], true).unwrap();
+    let got = g.acquire(3, "b", tp, 10, 10);
+    assert_eq!(
+        got.first().map(|a| (a.first_offset, a.last_offset)),
+        Some((6, 9))
+    );
+}
+
+#[test]
+fn a_member_that_leaves_without_closing_its_session_releases_after_a_lock_duration() {
+    let t = topics(&[("q", 1)]);
+    let tp = (*t.keys().next().unwrap(), 0);
+    let mut g = group();
+    g.heartbeat(0, join("a", &["q"]), &t);
+    g.heartbeat(0, join("b", &["q"]), &t);
+    g.session("a", 0, &[tp], &[], true).unwrap();
+    g.partition_mut(tp, 0, 4);
+    g.acquire(0, "a", tp, 10, 4);
+    g.heartbeat(1_000, beat("a", -1), &t);
+    g.session("b", 0, &[tp], &[], true).unwrap();
+    assert!(g.acquire(2_000, "b", tp, 10, 4).is_empty());
+    let lock = g.settings().record_lock_duration_ms;
+    assert!(g.next_deadline().is_some_and(|d| d <= 1_000 + lock));
+    g.tick(1_000 + lock, &t);
+    let got = g.acquire(1_000 + lock, "b", tp, 10, 4);
+    assert_eq!(
+        got.first().map(|a| (a.first_offset, a.delivery_count)),
+        Some((0, 2))
+    );
+}
