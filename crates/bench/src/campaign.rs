@@ -76,6 +76,17 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
         .map_err(|e| format!("cannot read {}: {e}", options.workload_file.display()))?;
     let plan =
         workload::parse(&text).map_err(|e| format!("{}: {e}", options.workload_file.display()))?;
+    if mode != Mode::Drain
+        && let Some(p) = plan.points.iter().find(|p| p.workload.share_consumers > 0)
+    {
+        return Err(format!(
+            "{}: share consumers run in `sluice bench drain` only (point {} has \
+             share_consumers = {})",
+            options.workload_file.display(),
+            p.label,
+            p.workload.share_consumers
+        ));
+    }
     let name = plan.points[0].workload.name.clone();
     let started = SystemTime::now();
     let stamp = compact_stamp(started);
@@ -287,6 +298,21 @@ pub fn headline(r: &RunResult) -> Vec<(&'static str, f64)> {
     if let Some(v) = r.broker_cpu_s_per_m_consumed() {
         out.push(("broker_cpu_s_per_m_consumed", v));
     }
+    if let Some(sh) = &r.share {
+        if let Some(spread) = &sh.per_consumer_spread {
+            out.push(("share_consumer_min", spread.min));
+            out.push(("share_consumer_median", spread.median));
+            out.push(("share_consumer_max", spread.max));
+        }
+        if let Some(j) = sh.jain_index {
+            out.push(("share_jain", j));
+        }
+        out.push(("share_idle_consumers", f64::from(sh.idle_consumers)));
+        out.push(("share_errors", sh.errors as f64));
+        if let Some(s) = sh.kill.as_ref().and_then(|k| k.redelivery_s) {
+            out.push(("share_redelivery_s", s));
+        }
+    }
     if let Some(c) = &r.correctness {
         out.push(("lost", c.lost as f64));
         out.push(("duplicated", c.duplicated as f64));
@@ -332,6 +358,25 @@ fn warnings(campaign: &Campaign) -> Vec<String> {
                     p.label, r.repeat, r.totals.failed_records
                 ));
             }
+            if let Some(sh) = &r.share {
+                out.extend(share_warnings(&p.label, r.repeat, sh));
+            }
+        }
+        if let Some(sh) = p
+            .repeats
+            .iter()
+            .filter_map(|r| r.share.as_ref())
+            .find(|sh| !sh.acquire_mode_on_wire)
+        {
+            out.push(format!(
+                "{}: share acquire_mode {:?} is recorded, not sent: ShareFetch v{} has no \
+                 acquire mode (the broker{} applies its own; Kafka's is batch_optimized)",
+                p.label,
+                sh.acquire_mode,
+                sh.share_fetch_version,
+                sh.broker_share_fetch_versions
+                    .map_or_else(String::new, |[a, b]| format!(", serving v{a}-v{b},"))
+            ));
         }
         for key in [
             "produce_rps",
@@ -355,6 +400,55 @@ fn warnings(campaign: &Campaign) -> Vec<String> {
                 ));
             }
         }
+    }
+    out
+}
+
+/// What makes a share repeat's numbers less trustworthy, or incomplete.
+fn share_warnings(label: &str, repeat: u32, sh: &crate::result::ShareResult) -> Vec<String> {
+    let mut out = Vec::new();
+    let at = format!("{label} repeat {repeat}");
+    if sh.errors > 0 {
+        let kinds: Vec<String> = sh
+            .error_counts
+            .iter()
+            .map(|(k, n)| format!("{k} ×{n}"))
+            .collect();
+        out.push(format!(
+            "{at}: the share consumers met {} error(s): {}",
+            sh.errors,
+            kinds.join(", ")
+        ));
+    }
+    if sh.backlog_exhausted {
+        out.push(format!(
+            "{at}: the share consumers processed the whole backlog {:.1} s into the measured \
+             window: its rate includes the tail where consumers ran out of records (make \
+             [drain] backlog larger)",
+            sh.measured_s
+        ));
+    }
+    if sh.assigned_consumers < sh.consumers {
+        out.push(format!(
+            "{at}: only {} of {} share consumers had partitions when the window started",
+            sh.assigned_consumers, sh.consumers
+        ));
+    }
+    if sh.aborted_at_stop > 0 {
+        out.push(format!(
+            "{at}: {} share consumer(s) did not close within the stop timeout and were aborted",
+            sh.aborted_at_stop
+        ));
+    }
+    if let Some(k) = sh.kill.as_ref().filter(|k| k.redelivery_s.is_none()) {
+        out.push(format!(
+            "{at}: {} of the {} records the killed consumer held reached another consumer \
+             before the run ended (lock timeout {} ms)",
+            k.redelivered_records,
+            k.held_records,
+            sh.lock_timeout_ms
+                .map_or_else(|| "unknown".to_owned(), |ms| ms.to_string())
+        ));
     }
     out
 }

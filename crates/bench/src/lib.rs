@@ -3,7 +3,8 @@
 //! record's intended send time, and JSON/CSV/HTML results.
 //!
 //! The load is driven by librdkafka (through the `rdkafka` crate), the same client and settings
-//! for every broker under test.
+//! for every broker under test; share consumers (KIP-932), which librdkafka lacks, by the
+//! native client in [`share`].
 
 pub mod admin;
 pub mod broker;
@@ -15,6 +16,7 @@ pub mod modes;
 pub mod payload;
 pub mod report;
 pub mod result;
+pub mod share;
 pub mod stats;
 pub mod target;
 pub mod workload;

@@ -33,7 +33,7 @@ pub struct Context<'a> {
 impl Context<'_> {
     /// The broker processes whose CPU time a repeat records: those named by `--broker-pid`
     /// and those the benchmark started itself, as they are now.
-    fn broker_cpu(&self) -> BrokerCpu {
+    pub(crate) fn broker_cpu(&self) -> BrokerCpu {
         let mut pids = self.broker_pids.to_vec();
         if let Some(brokers) = self.brokers.as_deref() {
             pids.extend((0..brokers.len()).filter_map(|i| brokers.get(i)?.pid()));
@@ -43,8 +43,8 @@ impl Context<'_> {
 }
 
 /// How long joins, flushes and catch-ups may take before a repeat fails.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Share of records sent more than 20 ms behind schedule (with room in the client queue) above
 /// which the load generator counts as saturated.
@@ -182,7 +182,7 @@ impl<'f> Ticker<'f> {
 }
 
 /// Runs `body` on this repeat's own new topics, and deletes them afterwards whatever the outcome.
-fn on_fresh_topics<'a>(
+pub(crate) fn on_fresh_topics<'a>(
     ctx: &mut Context<'a>,
     w: &Workload,
     body: impl FnOnce(&mut Context<'a>, &[String]) -> Result<RunResult, String>,
@@ -202,7 +202,7 @@ fn topic_names(w: &Workload, run_id: &str) -> Vec<String> {
 }
 
 /// A blank result for a repeat; the mode fills it in.
-fn blank(repeat: u32, topics: &[String], target_rps: Option<f64>) -> RunResult {
+pub(crate) fn blank(repeat: u32, topics: &[String], target_rps: Option<f64>) -> RunResult {
     RunResult {
         repeat,
         topics: topics.to_vec(),
@@ -224,11 +224,18 @@ fn blank(repeat: u32, topics: &[String], target_rps: Option<f64>) -> RunResult {
         explore: None,
         drain: None,
         correctness: None,
+        share: None,
     }
 }
 
 /// Fills the throughput, latency and health fields from the fleet's measured window.
-fn fill_measured(result: &mut RunResult, fleet: &Fleet, w: &Workload, measured_s: f64, cpu_s: f64) {
+pub(crate) fn fill_measured(
+    result: &mut RunResult,
+    fleet: &Fleet,
+    w: &Workload,
+    measured_s: f64,
+    cpu_s: f64,
+) {
     let m = fleet.measured();
     let t = m.totals;
     result.measured_s = measured_s;
@@ -588,44 +595,96 @@ impl Explorer<'_> {
     }
 }
 
-/// `drain`: build a backlog with producers only, then time consumers reading it.
+/// What building a backlog left behind, for the phase that reads it.
+pub(crate) struct Filled {
+    /// Records acknowledged when the fill ended (the backlog).
+    pub backlog: u64,
+    pub backlog_bytes: u64,
+    pub fill_s: f64,
+    /// The producer rate kept up while the backlog is read, records/s.
+    pub live_rps: f64,
+    /// This process's and the brokers' CPU seconds at the start and at the end of the fill.
+    pub cpu0: f64,
+    pub cpu1: f64,
+    pub broker0: Option<f64>,
+    pub broker1: Option<f64>,
+    pub intervals: Vec<Interval>,
+}
+
+/// Builds `[drain] backlog` bytes of records with the producers only, at `fill_rate`, then
+/// sets the producers to `live_rate`.
+pub(crate) fn fill_backlog(
+    ctx: &Context<'_>,
+    w: &Workload,
+    fleet: &mut Fleet,
+    broker_cpu: &BrokerCpu,
+) -> Result<Filled, String> {
+    let d = &w.drain;
+    fleet.start_producers()?;
+    let fleet = &*fleet;
+    fleet.set_measure_window(0, u64::MAX);
+    let mut ticker = Ticker::new(fleet, w.interval_s, &ctx.tag, ctx.quiet);
+    let backlog_records = d.backlog.0.div_ceil(w.record_size as u64);
+    let fill_start = Instant::now();
+    let cpu0 = fleet.cpu_s();
+    let broker0 = broker_cpu.seconds();
+    fleet.set_rate(d.fill_rate.records_per_s(w.record_size));
+    let deadline = Instant::now() + Duration::from_secs_f64(d.timeout_s);
+    let filled = ticker.run_until(deadline, "fill", || fleet.acked() >= backlog_records);
+    if !filled {
+        return Err(format!(
+            "the backlog was not built within {} s",
+            d.timeout_s
+        ));
+    }
+    let live_rps = d.live_rate.records_per_s(w.record_size).unwrap_or(0.0);
+    fleet.set_rate(Some(live_rps));
+    // Everything already sent is part of the backlog: wait for its delivery reports.
+    ticker.run_until(Instant::now() + FLUSH_TIMEOUT, "fill", || {
+        live_rps > 0.0 || all_delivered(fleet)
+    });
+    let fill_s = fill_start.elapsed().as_secs_f64();
+    let broker1 = broker_cpu.seconds();
+    let cpu1 = fleet.cpu_s();
+    let backlog = fleet.acked();
+    Ok(Filled {
+        backlog,
+        backlog_bytes: backlog * w.record_size as u64,
+        fill_s,
+        live_rps,
+        cpu0,
+        cpu1,
+        broker0,
+        broker1,
+        intervals: std::mem::take(&mut ticker.intervals),
+    })
+}
+
+/// `drain`: build a backlog with producers only, then time consumers reading it (or, with
+/// `share_consumers`, measure a share group reading it: [`crate::share::run::drain`]).
 pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
+    if w.share_consumers > 0 {
+        return crate::share::run::drain(ctx, w, repeat);
+    }
     on_fresh_topics(ctx, w, |ctx, topics| {
         if w.consumers == 0 {
-            return Err("drain needs consumers >= 1".to_string());
+            return Err("drain needs consumers >= 1 (or share_consumers >= 1)".to_string());
         }
         let d = &w.drain;
         let mut fleet = Fleet::new(w, ctx.target, topics.to_vec(), &ctx.run_id, None);
-        fleet.start_producers()?;
-        fleet.set_measure_window(0, u64::MAX);
         let broker_cpu = ctx.broker_cpu();
-        let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
-        let backlog_records = d.backlog.0.div_ceil(w.record_size as u64);
-        let fill_start = Instant::now();
-        let cpu0 = fleet.cpu_s();
-        let broker0 = broker_cpu.seconds();
-        fleet.set_rate(d.fill_rate.records_per_s(w.record_size));
-        let deadline = Instant::now() + Duration::from_secs_f64(d.timeout_s);
-        let filled = ticker.run_until(deadline, "fill", || fleet.acked() >= backlog_records);
-        if !filled {
-            return Err(format!(
-                "the backlog was not built within {} s",
-                d.timeout_s
-            ));
-        }
-        let live_rps = d.live_rate.records_per_s(w.record_size).unwrap_or(0.0);
-        fleet.set_rate(Some(live_rps));
-        // Everything already sent is part of the backlog: wait for its delivery reports.
-        let fleet_ref = &fleet;
-        ticker.run_until(Instant::now() + FLUSH_TIMEOUT, "fill", || {
-            live_rps > 0.0 || all_delivered(fleet_ref)
-        });
-        let fill_s = fill_start.elapsed().as_secs_f64();
-        let broker1 = broker_cpu.seconds();
-        let cpu1 = fleet.cpu_s();
-        let backlog = fleet.acked();
-        let backlog_bytes = backlog * w.record_size as u64;
-        drop(ticker);
+        let filled = fill_backlog(ctx, w, &mut fleet, &broker_cpu)?;
+        let Filled {
+            backlog,
+            backlog_bytes,
+            fill_s,
+            live_rps,
+            cpu0,
+            cpu1,
+            broker0,
+            broker1,
+            intervals: fill_intervals,
+        } = filled;
         let drain_start = Instant::now();
         fleet.start_consumers(ConsumerMode::Assign, SETUP_TIMEOUT)?;
         let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
@@ -657,7 +716,7 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
         result.broker_cpu_s = broker2.zip(broker0).map(|(b, a)| b - a);
         // "max" fill is closed loop; its schedule lag says nothing about the generator.
         result.generator_saturated &= !matches!(d.fill_rate, Rate::Max);
-        let mut all = std::mem::take(&mut result.intervals);
+        let mut all = fill_intervals;
         all.append(&mut intervals);
         result.intervals = all;
         result.drain = Some(DrainResult {

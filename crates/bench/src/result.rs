@@ -175,6 +175,9 @@ pub struct RunResult {
     pub explore: Option<ExploreResult>,
     pub drain: Option<DrainResult>,
     pub correctness: Option<CorrectnessReport>,
+    /// The share consumers' outcome (`drain` with `share_consumers`), absent otherwise.
+    #[serde(default)]
+    pub share: Option<ShareResult>,
 }
 
 impl RunResult {
@@ -314,6 +317,106 @@ pub struct DrainResult {
     pub fill_broker_cpu_s: Option<f64>,
     #[serde(default)]
     pub drain_broker_cpu_s: Option<f64>,
+}
+
+/// The outcome of a `drain` with share consumers (KIP-932): a backlog built first, then a
+/// share group of `consumers` members reading it for the measured window.
+///
+/// In such a repeat `consume_rps` is the share group's rate over the measured window, and the
+/// `drain` fields describe that window (`drain_s` is its length, not the time to drain the
+/// whole backlog; `drain_broker_cpu_s` the brokers' CPU time in it), so that
+/// `broker_cpu_s_per_m_consumed` is the brokers' CPU seconds per million records the group
+/// processed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ShareResult {
+    pub consumers: u32,
+    pub group: String,
+    pub processing_ms_per_record: f64,
+    /// `max_records` (and `batch_size`) of every ShareFetch.
+    pub max_poll_records: u32,
+    /// `max_bytes` of every ShareFetch.
+    #[serde(default)]
+    pub max_bytes: u32,
+    /// The workload's `acquire_mode`, as recorded.
+    pub acquire_mode: String,
+    /// Whether the acquire mode went to the broker: only ShareFetch v2 carries it, and this
+    /// client speaks v1, so it never does yet (the broker's own mode applies).
+    pub acquire_mode_on_wire: bool,
+    /// The ShareFetch version used, and the range the broker serves.
+    pub share_fetch_version: i16,
+    pub broker_share_fetch_versions: Option<[i16; 2]>,
+    /// The group configs set before the consumers joined (`share.acquire.policy` among them
+    /// when the workload sets `policy`).
+    pub group_configs: BTreeMap<String, String>,
+    /// The acquisition lock timeout the broker reported in its ShareFetch responses, ms.
+    pub lock_timeout_ms: Option<i64>,
+    /// Length of the measured window, seconds (warm-up excluded).
+    pub measured_s: f64,
+    /// Records processed in the measured window, every delivery counted.
+    pub records: u64,
+    pub rps: f64,
+    /// Records each consumer processed in the measured window, by consumer.
+    pub per_consumer: Vec<u64>,
+    /// min / median / max over the consumers of `per_consumer`.
+    pub per_consumer_spread: Option<Spread>,
+    /// Jain's fairness index of `per_consumer`: 1 when every consumer got the same, 1/n when
+    /// one got everything; `None` when none got anything.
+    pub jain_index: Option<f64>,
+    /// Consumers that processed nothing in the measured window.
+    pub idle_consumers: u32,
+    /// Consumers with partitions assigned when the measured window started.
+    pub assigned_consumers: u32,
+    /// Over the whole run (warm-up and stop included): records processed (every delivery),
+    /// distinct records processed, and distinct records processed more than once.
+    pub processed_total: u64,
+    pub distinct_records: u64,
+    pub redelivered_records: u64,
+    /// Records acquired (inside acquired ranges), ShareFetch requests, and those that acquired
+    /// nothing, over the whole run.
+    pub acquired_records: u64,
+    pub fetches: u64,
+    pub empty_fetches: u64,
+    /// Bytes of record batches the ShareFetch responses carried (acquired records and the
+    /// others their batches hold), over the whole run.
+    pub fetched_bytes: u64,
+    /// ShareFetch round trips over the whole run, from the request leaving to its answer
+    /// (the broker's wait for records and the acknowledgements' durable write included): all
+    /// of them, and those that acquired records.
+    pub fetch_latency: Latency,
+    pub fetch_latency_acquired: Latency,
+    /// Errors of every kind (protocol error codes and connection failures), and by kind.
+    pub errors: u64,
+    pub error_counts: BTreeMap<String, u64>,
+    /// The first few error messages.
+    pub error_examples: Vec<String>,
+    pub rejoins: u64,
+    pub session_reopens: u64,
+    pub reconnects: u64,
+    /// Every record of the backlog was processed before the measured window was over: the
+    /// window was cut short, and its rate includes the tail where consumers ran out of work.
+    pub backlog_exhausted: bool,
+    /// Consumers still running after the stop timeout, aborted.
+    pub aborted_at_stop: u32,
+    /// The consumer killed during the run (`kill_consumer_after_s`), if any.
+    pub kill: Option<ShareKill>,
+}
+
+/// One share consumer killed like a crashed process (its connection dropped without a final
+/// acknowledgement), and how long its locked records took to reach the other consumers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ShareKill {
+    /// Index of the consumer killed (the one holding the most records at that moment).
+    pub consumer: u32,
+    /// When, seconds after the consumers started.
+    pub at_s: f64,
+    /// Records it held acquired and unacknowledged.
+    pub held_records: u64,
+    /// From the kill until another consumer acquired the first, and the last, of them;
+    /// `None` when that did not happen before the run ended.
+    pub first_redelivery_s: Option<f64>,
+    pub redelivery_s: Option<f64>,
+    /// Held records acquired by another consumer before the run ended.
+    pub redelivered_records: u64,
 }
 
 /// The outcome of `correctness`.

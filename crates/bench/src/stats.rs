@@ -138,6 +138,15 @@ pub fn spread(values: &[f64]) -> Option<Spread> {
     })
 }
 
+/// Jain's fairness index of how much each party got: (Σx)² / (n · Σx²), 1 when all got the
+/// same, 1/n when one got everything. `None` when nobody got anything (or no parties).
+pub fn jain_index(amounts: &[u64]) -> Option<f64> {
+    let n = amounts.len() as f64;
+    let sum: f64 = amounts.iter().map(|&x| x as f64).sum();
+    let squares: f64 = amounts.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    (squares > 0.0).then(|| sum * sum / (n * squares))
+}
+
 fn max_ms(h: &Histogram<u64>) -> f64 {
     us_to_ms(h.max())
 }
@@ -252,6 +261,20 @@ mod tests {
         assert!(close(b.p99_ms, 9.9));
         assert!(close(b.p99_9_ms, 9.99));
         assert!(close(b.max_ms, 10.0));
+    }
+
+    #[test]
+    fn jain_index_is_one_when_fair_and_one_over_n_when_one_takes_all() {
+        assert_eq!(jain_index(&[200, 200, 200, 200]), Some(1.0));
+        assert_eq!(jain_index(&[800, 0, 0, 0]), Some(0.25));
+        // Kafka's greedy regime on one partition: 4 of 20 consumers get everything.
+        let mut greedy = vec![0u64; 20];
+        greedy[..4].fill(500);
+        assert!((jain_index(&greedy).unwrap() - 0.2).abs() < 1e-12);
+        let j = jain_index(&[1, 2, 3]).unwrap();
+        assert!((j - 36.0 / 42.0).abs() < 1e-12, "{j}");
+        assert_eq!(jain_index(&[0, 0]), None);
+        assert_eq!(jain_index(&[]), None);
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub struct Workload {
     /// Idempotent producers (needs `acks = "all"`).
     #[serde(default = "yes")]
     pub idempotence: bool,
+    /// Share consumers (KIP-932) of one share group, reading every topic (`drain` only; they
+    /// replace `consumers`, which must then be 0). Settings in the `[share]` table.
+    #[serde(default)]
+    pub share_consumers: u32,
     /// Simulated processing time per consumed record, microseconds.
     #[serde(default)]
     pub processing_us: u64,
@@ -86,6 +90,8 @@ pub struct Workload {
     pub drain: Drain,
     #[serde(default)]
     pub correctness: Correctness,
+    #[serde(default)]
+    pub share: Share,
     /// Extra librdkafka producer settings, passed through as given.
     #[serde(default)]
     pub producer_config: BTreeMap<String, String>,
@@ -180,6 +186,150 @@ impl Default for Correctness {
             restart_delay_s: 1.0,
             settle_timeout_s: 120.0,
         }
+    }
+}
+
+/// `[share]`: how the share consumers behave, and the share group's configs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Share {
+    /// The share group's id (default: `sluice-bench-<run>-share`, a new group per repeat).
+    pub group: Option<String>,
+    /// Simulated work per record, ms: each consumer processes its records one after the other.
+    pub processing_ms_per_record: f64,
+    /// `max_records` of each ShareFetch (the Java client's `max.poll.records`).
+    pub max_poll_records: u32,
+    /// How long a ShareFetch with nothing to acquire waits, ms (`fetch.max.wait.ms`).
+    pub max_wait_ms: u32,
+    /// `max_bytes` of each ShareFetch (the Java client's `fetch.max.bytes`, 50 MiB).
+    pub max_bytes: ByteSize,
+    /// `batch_optimized` (Kafka's default) or `record_limit` (KIP-1206). Recorded; sent only
+    /// with ShareFetch v2, which this client does not speak yet.
+    pub acquire_mode: String,
+    /// `fair` or `greedy`: set as the group config `share.acquire.policy` (a Sluice config;
+    /// Kafka refuses it). Unset: the broker's default.
+    pub policy: Option<String>,
+    /// Set as the group config `share.record.lock.duration.ms`.
+    pub record_lock_duration_ms: Option<u64>,
+    /// Kill one consumer this long after the consumers started (its connection dropped with
+    /// no final acknowledgement, like a crashed process) and time how long its locked records
+    /// take to reach the others.
+    pub kill_consumer_after_s: Option<f64>,
+    /// More group configs, set as given (after `share.auto.offset.reset=earliest`, which the
+    /// backlog needs, so they may override it).
+    pub group_config: BTreeMap<String, String>,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Self {
+            group: None,
+            processing_ms_per_record: 0.0,
+            max_poll_records: 500,
+            max_wait_ms: 500,
+            max_bytes: ByteSize(SHARE_MAX_BYTES_DEFAULT),
+            acquire_mode: "batch_optimized".into(),
+            policy: None,
+            record_lock_duration_ms: None,
+            kill_consumer_after_s: None,
+            group_config: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[share] max_bytes` by default: the Java client's `fetch.max.bytes` (50 MiB).
+pub const SHARE_MAX_BYTES_DEFAULT: u64 = 52_428_800;
+/// The largest `[share] max_bytes` accepted (bounds a response's memory).
+pub const SHARE_MAX_BYTES_LIMIT: u64 = 64 << 20;
+
+/// Group configs the `[share]` fields set.
+const POLICY_CONFIG: &str = "share.acquire.policy";
+const LOCK_DURATION_CONFIG: &str = "share.record.lock.duration.ms";
+const AUTO_OFFSET_RESET_CONFIG: &str = "share.auto.offset.reset";
+
+impl Share {
+    /// The group configs to set before the consumers join: `share.auto.offset.reset=earliest`
+    /// (the consumers read a backlog built before they join), `policy` and
+    /// `record_lock_duration_ms` when given, then `group_config`.
+    pub fn group_configs(&self) -> BTreeMap<String, String> {
+        let mut configs = BTreeMap::new();
+        configs.insert(AUTO_OFFSET_RESET_CONFIG.to_owned(), "earliest".to_owned());
+        if let Some(policy) = &self.policy {
+            configs.insert(POLICY_CONFIG.to_owned(), policy.clone());
+        }
+        if let Some(ms) = self.record_lock_duration_ms {
+            configs.insert(LOCK_DURATION_CONFIG.to_owned(), ms.to_string());
+        }
+        for (k, v) in &self.group_config {
+            configs.insert(k.clone(), v.clone());
+        }
+        configs
+    }
+
+    fn validate(&self, consumers: u32) -> Result<(), WorkloadError> {
+        if !(self.processing_ms_per_record.is_finite() && self.processing_ms_per_record >= 0.0) {
+            return Err(err("share.processing_ms_per_record must be >= 0"));
+        }
+        if self.max_poll_records == 0 || self.max_poll_records > i32::MAX as u32 {
+            return Err(err("share.max_poll_records must be at least 1"));
+        }
+        if self.max_bytes.0 == 0 || self.max_bytes.0 > SHARE_MAX_BYTES_LIMIT {
+            return Err(err(format!(
+                "share.max_bytes must be between 1 and {SHARE_MAX_BYTES_LIMIT} (64 MiB)"
+            )));
+        }
+        if self.max_wait_ms > i32::MAX as u32 {
+            return Err(err("share.max_wait_ms is too large"));
+        }
+        match self.acquire_mode.as_str() {
+            "batch_optimized" | "record_limit" => {}
+            other => {
+                return Err(err(format!(
+                    "share.acquire_mode {other:?}: use \"batch_optimized\" or \"record_limit\""
+                )));
+            }
+        }
+        match self.policy.as_deref() {
+            None | Some("fair" | "greedy") => {}
+            Some(other) => {
+                return Err(err(format!(
+                    "share.policy {other:?}: use \"fair\" or \"greedy\" (or leave it unset \
+                     for the broker's default)"
+                )));
+            }
+        }
+        if self.group.as_deref().is_some_and(|g| g.trim().is_empty()) {
+            return Err(err("share.group must not be empty (or leave it unset)"));
+        }
+        if self.record_lock_duration_ms == Some(0) {
+            return Err(err("share.record_lock_duration_ms must be > 0"));
+        }
+        for (field, config, given) in [
+            ("policy", POLICY_CONFIG, self.policy.is_some()),
+            (
+                "record_lock_duration_ms",
+                LOCK_DURATION_CONFIG,
+                self.record_lock_duration_ms.is_some(),
+            ),
+        ] {
+            if given && self.group_config.contains_key(config) {
+                return Err(err(format!(
+                    "share.{field} and share.group_config.\"{config}\" both set it: keep one"
+                )));
+            }
+        }
+        if let Some(after) = self.kill_consumer_after_s {
+            if !(after.is_finite() && after > 0.0) {
+                return Err(err("share.kill_consumer_after_s must be > 0"));
+            }
+            if consumers < 2 {
+                return Err(err(
+                    "share.kill_consumer_after_s needs share_consumers >= 2 (another consumer \
+                     must be there to get the killed one's records)",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -366,6 +516,15 @@ impl Workload {
             return Err(err(
                 "topics, partitions and producers must each be at least 1",
             ));
+        }
+        if self.share_consumers > 0 && self.consumers > 0 {
+            return Err(err(format!(
+                "share_consumers = {} replaces the consumer groups' consumers: set consumers = 0",
+                self.share_consumers
+            )));
+        }
+        if self.share_consumers > 0 || self.share != Share::default() {
+            self.share.validate(self.share_consumers)?;
         }
         if self.consumers > 0 && self.consumer_groups == 0 {
             return Err(err("consumer_groups must be at least 1 when consumers > 0"));
@@ -615,6 +774,95 @@ mod tests {
             let message = parse(text).unwrap_err().to_string();
             assert!(message.contains(needle), "{text:?} gave {message:?}");
         }
+    }
+
+    #[test]
+    fn share_consumers_and_their_table_parse_with_defaults() {
+        let plan = parse(
+            "consumers = 0\nshare_consumers = [10, 40]\n[share]\nprocessing_ms_per_record = 5\n",
+        )
+        .unwrap();
+        assert_eq!(plan.dimensions, vec!["share_consumers".to_owned()]);
+        let w = &plan.points[1].workload;
+        assert_eq!(w.share_consumers, 40);
+        assert_eq!(w.share.processing_ms_per_record, 5.0);
+        assert_eq!(w.share.max_poll_records, 500);
+        assert_eq!(w.share.max_wait_ms, 500);
+        assert_eq!(w.share.max_bytes, ByteSize(52_428_800));
+        assert_eq!(w.share.acquire_mode, "batch_optimized");
+        assert_eq!(w.share.policy, None);
+        // Only what the backlog needs, when nothing else is asked.
+        assert_eq!(
+            w.share.group_configs(),
+            BTreeMap::from([("share.auto.offset.reset".to_owned(), "earliest".to_owned())])
+        );
+        // Nothing of it without share consumers.
+        assert_eq!(parse("").unwrap().points[0].workload.share_consumers, 0);
+    }
+
+    #[test]
+    fn share_settings_become_group_configs() {
+        let plan = parse(
+            "consumers = 0\nshare_consumers = 3\n[share]\ngroup = \"q\"\npolicy = \"greedy\"\n\
+             record_lock_duration_ms = 15000\nkill_consumer_after_s = 20\n\
+             acquire_mode = \"record_limit\"\n\
+             [share.group_config]\n\"share.auto.offset.reset\" = \"latest\"\n\
+             \"share.heartbeat.interval.ms\" = \"1000\"\n",
+        )
+        .unwrap();
+        let s = &plan.points[0].workload.share;
+        assert_eq!(s.group.as_deref(), Some("q"));
+        assert_eq!(s.kill_consumer_after_s, Some(20.0));
+        let configs = s.group_configs();
+        assert_eq!(configs["share.acquire.policy"], "greedy");
+        assert_eq!(configs["share.record.lock.duration.ms"], "15000");
+        assert_eq!(configs["share.auto.offset.reset"], "latest");
+        assert_eq!(configs["share.heartbeat.interval.ms"], "1000");
+        assert_eq!(configs.len(), 4);
+    }
+
+    #[test]
+    fn share_mistakes_say_what_to_fix() {
+        let base = "consumers = 0\nshare_consumers = 4\n";
+        let cases = [
+            ("share_consumers = 4\n", "set consumers = 0"),
+            ("[share]\npolicy = \"fifo\"\n", "share.policy"),
+            ("[share]\nacquire_mode = \"all\"\n", "share.acquire_mode"),
+            ("[share]\nmax_poll_records = 0\n", "max_poll_records"),
+            ("[share]\nmax_bytes = \"1GiB\"\n", "share.max_bytes"),
+            (
+                "[share]\nprocessing_ms_per_record = -1\n",
+                "processing_ms_per_record",
+            ),
+            (
+                "[share]\nkill_consumer_after_s = 0\n",
+                "kill_consumer_after_s",
+            ),
+            ("[share]\ngroup = \" \"\n", "share.group"),
+            (
+                "[share]\nrecord_lock_duration_ms = 0\n",
+                "record_lock_duration_ms",
+            ),
+            ("[share]\nwhatever = 1\n", "whatever"),
+            (
+                "[share]\npolicy = \"fair\"\n[share.group_config]\n\"share.acquire.policy\" = \"fair\"\n",
+                "keep one",
+            ),
+        ];
+        for (tail, needle) in cases {
+            let text = if tail.starts_with("share_consumers") {
+                tail.to_owned()
+            } else {
+                format!("{base}{tail}")
+            };
+            let message = parse(&text).unwrap_err().to_string();
+            assert!(message.contains(needle), "{text:?} gave {message:?}");
+        }
+        let message =
+            parse("consumers = 0\nshare_consumers = 1\n[share]\nkill_consumer_after_s = 5\n")
+                .unwrap_err()
+                .to_string();
+        assert!(message.contains("share_consumers >= 2"), "{message}");
     }
 
     #[test]

@@ -54,6 +54,45 @@ const DRAIN_COLUMNS: &[Column] = &[
     }),
 ];
 
+const SHARE_COLUMNS: &[Column] = &[
+    ("share_consumers", |r| {
+        r.share.as_ref().map(|s| u64::from(s.consumers)).into()
+    }),
+    ("share_rps", |r| r.share.as_ref().map(|s| s.rps).into()),
+    ("share_consumer_min", |r| {
+        share_spread(r).map(|s| s.min).into()
+    }),
+    ("share_consumer_median", |r| {
+        share_spread(r).map(|s| s.median).into()
+    }),
+    ("share_consumer_max", |r| {
+        share_spread(r).map(|s| s.max).into()
+    }),
+    ("share_jain", |r| {
+        r.share.as_ref().and_then(|s| s.jain_index).into()
+    }),
+    ("share_idle_consumers", |r| {
+        r.share.as_ref().map(|s| u64::from(s.idle_consumers)).into()
+    }),
+    ("share_redelivered_records", |r| {
+        r.share.as_ref().map(|s| s.redelivered_records).into()
+    }),
+    ("share_redelivery_s", |r| {
+        r.share
+            .as_ref()
+            .and_then(|s| s.kill.as_ref())
+            .and_then(|k| k.redelivery_s)
+            .into()
+    }),
+    ("share_errors", |r| {
+        r.share.as_ref().map(|s| s.errors).into()
+    }),
+];
+
+fn share_spread(r: &RunResult) -> Option<&crate::result::Spread> {
+    r.share.as_ref()?.per_consumer_spread.as_ref()
+}
+
 const CORRECTNESS_COLUMNS: &[Column] = &[
     ("lost", |r| r.correctness.as_ref().map(|c| c.lost).into()),
     ("duplicated", |r| {
@@ -77,6 +116,9 @@ pub(crate) fn results(campaign: &Campaign) -> String {
     }
     if repeats().any(|r| r.drain.is_some()) {
         columns.extend(DRAIN_COLUMNS);
+    }
+    if repeats().any(|r| r.share.is_some()) {
+        columns.extend(SHARE_COLUMNS);
     }
     if repeats().any(|r| r.correctness.is_some()) {
         columns.extend(CORRECTNESS_COLUMNS);

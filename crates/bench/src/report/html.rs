@@ -15,7 +15,8 @@ use super::metrics::{self, fmt_cv, fmt_num};
 use super::text;
 use super::{charts, svg};
 use crate::result::{
-    Campaign, CorrectnessReport, ExploreResult, Latency, PartitionCheck, PointResult, Spread,
+    Campaign, CorrectnessReport, ExploreResult, Latency, PartitionCheck, PointResult, ShareResult,
+    Spread,
 };
 
 /// Escapes text for HTML and SVG content and attribute values.
@@ -321,6 +322,7 @@ fn point_section(p: &PointResult) -> String {
         }
     }
     out.push_str(&drain_table(p));
+    out.push_str(&share_section(p));
     for r in &p.repeats {
         if let Some(c) = &r.correctness {
             out.push_str(&correctness_section(r.repeat, c));
@@ -488,6 +490,115 @@ fn drain_table(p: &PointResult) -> String {
         "drain broker cpu s",
     ];
     format!("<h3>Drain</h3>{}", table("rrrrrrrrrrrr", &header, &rows))
+}
+
+fn share_section(p: &PointResult) -> String {
+    let shares: Vec<(u32, &ShareResult)> = p
+        .repeats
+        .iter()
+        .filter_map(|r| r.share.as_ref().map(|s| (r.repeat, s)))
+        .collect();
+    if shares.is_empty() {
+        return String::new();
+    }
+    let dash = || "–".to_owned();
+    let rows: Vec<Vec<String>> = shares
+        .iter()
+        .map(|(repeat, s)| {
+            let spread = s.per_consumer_spread.as_ref();
+            let kill = s.kill.as_ref();
+            vec![
+                repeat.to_string(),
+                s.consumers.to_string(),
+                fmt_num(s.rps),
+                spread.map_or_else(dash, |x| fmt_num(x.min)),
+                spread.map_or_else(dash, |x| fmt_num(x.median)),
+                spread.map_or_else(dash, |x| fmt_num(x.max)),
+                s.jain_index.map_or_else(dash, fmt_num),
+                s.idle_consumers.to_string(),
+                s.distinct_records.to_string(),
+                s.redelivered_records.to_string(),
+                if s.fetch_latency_acquired.count > 0 {
+                    format!(
+                        "{} / {}",
+                        fmt_num(s.fetch_latency_acquired.p50_ms),
+                        fmt_num(s.fetch_latency_acquired.p99_ms)
+                    )
+                } else {
+                    dash()
+                },
+                fmt_num(s.fetched_bytes as f64 / 1e6),
+                s.errors.to_string(),
+                kill.map_or_else(dash, |k| {
+                    format!(
+                        "{} held {} at {} s: first {} s, all {} s",
+                        k.consumer,
+                        k.held_records,
+                        fmt_num(k.at_s),
+                        k.first_redelivery_s.map_or_else(dash, fmt_num),
+                        k.redelivery_s.map_or_else(dash, fmt_num)
+                    )
+                }),
+                s.lock_timeout_ms.map_or_else(dash, |ms| ms.to_string()),
+            ]
+        })
+        .collect();
+    let header = [
+        "repeat",
+        "consumers",
+        "rec/s",
+        "rec/consumer min",
+        "median",
+        "max",
+        "Jain",
+        "idle",
+        "distinct records",
+        "redelivered",
+        "fetch p50 / p99 ms",
+        "MB fetched",
+        "errors",
+        "killed consumer",
+        "lock ms",
+    ];
+    let (_, first) = shares[0];
+    let configs: Vec<String> = first
+        .group_configs
+        .iter()
+        .map(|(k, v)| format!("{}={}", esc(k), esc(v)))
+        .collect();
+    let mut out = format!(
+        "<h3>Share consumers</h3><p>{} ms per record, max_poll_records {}, max_bytes {}, \
+         acquire_mode {} ({}), ShareFetch v{}; group configs: {}.</p>{}",
+        fmt_num(first.processing_ms_per_record),
+        first.max_poll_records,
+        first.max_bytes,
+        esc(&first.acquire_mode),
+        if first.acquire_mode_on_wire {
+            "sent"
+        } else {
+            "recorded, not sent"
+        },
+        first.share_fetch_version,
+        configs.join(", "),
+        table("rrrrrrrrrrrrrlr", &header, &rows)
+    );
+    for (repeat, s) in &shares {
+        let counts: Vec<String> = s.per_consumer.iter().map(u64::to_string).collect();
+        let _ = write!(
+            out,
+            "<details><summary>repeat {repeat}: records per consumer, errors</summary>\
+             <p>{}</p>",
+            counts.join(" ")
+        );
+        for (kind, n) in &s.error_counts {
+            let _ = write!(out, "<p>{} ×{n}</p>", esc(kind));
+        }
+        for example in &s.error_examples {
+            let _ = write!(out, "<p><code>{}</code></p>", esc(example));
+        }
+        out.push_str("</details>\n");
+    }
+    out
 }
 
 fn correctness_section(repeat: u32, c: &CorrectnessReport) -> String {

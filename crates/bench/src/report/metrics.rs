@@ -99,7 +99,36 @@ pub(crate) const METRICS: &[Metric] = &[
         false,
         RunResult::broker_cpu_s_per_m_consumed,
     ),
+    metric("share_consumer_min", "rec/consumer min", true, |r| {
+        share_spread(r).map(|s| s.min)
+    }),
+    metric("share_consumer_median", "rec/consumer median", true, |r| {
+        share_spread(r).map(|s| s.median)
+    }),
+    metric("share_consumer_max", "rec/consumer max", false, |r| {
+        share_spread(r).map(|s| s.max)
+    }),
+    metric("share_jain", "fairness (Jain)", true, |r| {
+        r.share.as_ref().and_then(|s| s.jain_index)
+    }),
+    metric("share_idle_consumers", "idle consumers", false, |r| {
+        r.share.as_ref().map(|s| f64::from(s.idle_consumers))
+    }),
+    metric("share_redelivery_s", "redelivery s", false, |r| {
+        r.share
+            .as_ref()
+            .and_then(|s| s.kill.as_ref())
+            .and_then(|k| k.redelivery_s)
+    }),
+    metric("share_errors", "share errors", false, |r| {
+        r.share.as_ref().map(|s| s.errors as f64)
+    }),
 ];
+
+/// The spread of records per share consumer in the measured window.
+fn share_spread(r: &RunResult) -> Option<&Spread> {
+    r.share.as_ref()?.per_consumer_spread.as_ref()
+}
 
 /// The metrics that some repeat of some point has a value for, so that tables skip columns that
 /// would be empty (no `sustained_rps` outside explore, no e2e without consumers).

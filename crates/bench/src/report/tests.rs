@@ -95,6 +95,7 @@ fn run(repeat: u32, rate: f64) -> RunResult {
         explore: None,
         drain: None,
         correctness: None,
+        share: None,
     }
 }
 

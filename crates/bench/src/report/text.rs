@@ -22,6 +22,18 @@ const SUMMARY_KEYS: &[&str] = &[
     "broker_cpu_s_per_m_consumed",
 ];
 
+/// Shown too when some repeat has share consumers (records/s is their natural unit).
+const SHARE_SUMMARY_KEYS: &[&str] = &[
+    "consume_rps",
+    "share_consumer_min",
+    "share_consumer_median",
+    "share_consumer_max",
+    "share_jain",
+    "share_idle_consumers",
+    "share_redelivery_s",
+    "share_errors",
+];
+
 /// Columns padded to their widest cell; the first `left` columns left-aligned (names), the rest
 /// right-aligned (numbers).
 #[derive(Debug)]
@@ -85,9 +97,15 @@ impl TextTable {
 /// See [`super::summary_text`].
 pub(crate) fn summary(campaign: &Campaign) -> String {
     let points: Vec<&PointResult> = campaign.points.iter().collect();
+    let has_share = points
+        .iter()
+        .flat_map(|p| &p.repeats)
+        .any(|r| r.share.is_some());
     let shown: Vec<&Metric> = metrics::present_metrics(&points)
         .into_iter()
-        .filter(|m| SUMMARY_KEYS.contains(&m.key))
+        .filter(|m| {
+            SUMMARY_KEYS.contains(&m.key) || has_share && SHARE_SUMMARY_KEYS.contains(&m.key)
+        })
         .collect();
     let has_correctness = points
         .iter()
@@ -176,6 +194,17 @@ pub(crate) fn repeat_notes(campaign: &Campaign) -> Vec<String> {
                 notes.push(format!(
                     "{at}: correctness FAILED: {} lost, {} duplicated, {} out of order, {} corrupted",
                     c.lost, c.duplicated, c.out_of_order, c.corrupted
+                ));
+            }
+            if let Some(k) = r.share.as_ref().and_then(|s| s.kill.as_ref()) {
+                notes.push(format!(
+                    "{at}: share consumer {} killed at {} s holding {} records: first back after \
+                     {} s, all after {} s",
+                    k.consumer,
+                    fmt_num(k.at_s),
+                    k.held_records,
+                    k.first_redelivery_s.map_or_else(|| "-".to_owned(), fmt_num),
+                    k.redelivery_s.map_or_else(|| "-".to_owned(), fmt_num),
                 ));
             }
             if let Some(e) = r.explore.as_ref().filter(|e| !e.passed) {
