@@ -91,6 +91,10 @@ impl AcquireWaits {
     }
 }
 
+/// The first read of a share fetch per partition: enough for hundreds of small records, so
+/// a fetch that may take a few hundred does not read megabytes to hand out a slice of them.
+const FIRST_READ_BYTES: usize = 64 << 10;
+
 /// Names of every group config a group can be given.
 pub const GROUP_CONFIGS: &[&str] = &[
     "consumer.session.timeout.ms",
@@ -464,7 +468,27 @@ impl Coordinator {
                 fetched.push(out);
                 continue;
             }
-            match log.read(tp, from, bytes_left) {
+            // Read about what the member may take, not the whole fetch size: a first read of
+            // FIRST_READ_BYTES, grown once from the bytes per offset it found when it covers
+            // fewer offsets than wanted (batches of large records).
+            let wanted = i64::from(g.records_wanted(member_id, tp, records_left));
+            let first = bytes_left.min(FIRST_READ_BYTES);
+            let mut read = log.read(tp, from, first);
+            if let ShareRead::Records { bytes, end } = &read {
+                let span = end - from;
+                if !bytes.is_empty()
+                    && span > 0
+                    && span < wanted
+                    && *end < hwm
+                    && first < bytes_left
+                {
+                    let per_offset = bytes.len().div_ceil(usize::try_from(span).unwrap_or(1));
+                    let need = per_offset.saturating_mul(usize::try_from(wanted).unwrap_or(0));
+                    let grown = need.saturating_add(need / 4).clamp(first * 2, bytes_left);
+                    read = log.read(tp, from, grown);
+                }
+            }
+            match read {
                 ShareRead::NeedsLoad => loads.push((tp, from)),
                 ShareRead::Failed(code, message) => out.error = Some((code, message)),
                 ShareRead::Records { bytes, end } => {

@@ -828,6 +828,18 @@ impl ShareGroup {
         }
     }
 
+    /// How many records of `tp` the member may acquire now: `max_records`, within its cap.
+    pub fn records_wanted(&mut self, member_id: &str, tp: TopicPartition, max_records: u32) -> u32 {
+        let Some(cap) = self.member_cap(tp) else {
+            return max_records;
+        };
+        let Some(key) = self.key_of(member_id) else {
+            return 0;
+        };
+        let held = self.partitions.get(&tp).map_or(0, |p| p.acquired_by(key));
+        max_records.min(cap.saturating_sub(held))
+    }
+
     /// Whether the member holds all the records of `tp` its cap allows.
     pub fn at_cap(&mut self, member_id: &str, tp: TopicPartition) -> bool {
         let Some(cap) = self.member_cap(tp) else {
