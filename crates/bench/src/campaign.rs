@@ -440,7 +440,12 @@ fn share_warnings(label: &str, repeat: u32, sh: &crate::result::ShareResult) -> 
             sh.aborted_at_stop
         ));
     }
-    if let Some(k) = sh.kill.as_ref().filter(|k| k.redelivery_s.is_none()) {
+    if let Some(k) = sh.kill.as_ref().filter(|k| k.held_records == 0) {
+        out.push(format!(
+            "{at}: share consumer {} held no records when it was killed: no redelivery to time",
+            k.consumer
+        ));
+    } else if let Some(k) = sh.kill.as_ref().filter(|k| k.redelivery_s.is_none()) {
         out.push(format!(
             "{at}: {} of the {} records the killed consumer held reached another consumer \
              before the run ended (lock timeout {} ms)",

@@ -575,3 +575,124 @@ fn summary_shows_spread_and_warnings() {
     assert!(summary.contains("p0 repeat 1: load generator saturated"));
     assert!(summary.contains("correctness FAILED"));
 }
+
+/// A share-consumer outcome: 4 consumers, one idle, one killed, a couple of errors.
+fn share_result() -> ShareResult {
+    let per_consumer = vec![1000, 3000, 0, 2000];
+    ShareResult {
+        consumers: 4,
+        group: "g".to_owned(),
+        processing_ms_per_record: 5.0,
+        max_poll_records: 500,
+        max_bytes: 52_428_800,
+        acquire_mode: "batch_optimized".to_owned(),
+        share_fetch_version: 1,
+        broker_share_fetch_versions: Some([1, 2]),
+        group_configs: BTreeMap::from([(
+            "share.auto.offset.reset".to_owned(),
+            "earliest".to_owned(),
+        )]),
+        lock_timeout_ms: Some(15_000),
+        measured_s: 10.0,
+        records: 6000,
+        rps: 600.0,
+        per_consumer_spread: crate::stats::spread(&[1000.0, 3000.0, 0.0, 2000.0]),
+        jain_index: crate::stats::jain_index(&per_consumer),
+        idle_consumers: 1,
+        per_consumer,
+        assigned_consumers: 4,
+        processed_total: 7000,
+        distinct_records: 6900,
+        redelivered_records: 100,
+        acquired_records: 7100,
+        errors: 2,
+        error_counts: BTreeMap::from([("ShareFetch: <Bad>".to_owned(), 2)]),
+        error_examples: vec!["ShareFetch: <Bad>: no".to_owned()],
+        kill: Some(ShareKill {
+            consumer: 2,
+            at_s: 20.0,
+            held_records: 100,
+            first_redelivery_s: Some(14.5),
+            redelivery_s: Some(15.25),
+            redelivered_records: 100,
+        }),
+        ..ShareResult::default()
+    }
+}
+
+#[test]
+fn share_results_show_in_every_report() {
+    let mut c = campaign("sluice", 10_000.0);
+    c.points[1].repeats[1].share = Some(share_result());
+    let dir = tempfile::tempdir().unwrap();
+    write_campaign(dir.path(), &c).unwrap();
+    assert_eq!(read_campaign(dir.path()).unwrap(), c);
+
+    // The headline numbers: Jain's index of [1000, 3000, 0, 2000] is 36e6 / (4 * 14e6).
+    let headline: BTreeMap<&str, f64> = crate::campaign::headline(&c.points[1].repeats[1])
+        .into_iter()
+        .collect();
+    assert!((headline["share_jain"] - 36.0 / 56.0).abs() < 1e-12);
+    assert_eq!(headline["share_consumer_min"], 0.0);
+    assert_eq!(headline["share_consumer_median"], 1500.0);
+    assert_eq!(headline["share_consumer_max"], 3000.0);
+    assert_eq!(headline["share_idle_consumers"], 1.0);
+    assert_eq!(headline["share_redelivery_s"], 15.25);
+    assert_eq!(headline["share_errors"], 2.0);
+
+    let csv = read(dir.path().join(RESULTS_CSV));
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    for column in [
+        "share_rps",
+        "share_jain",
+        "share_idle_consumers",
+        "share_redelivery_s",
+    ] {
+        assert!(header.contains(&column), "{column} missing: {header:?}");
+    }
+    let jain_at = header.iter().position(|h| *h == "share_jain").unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let filled = rows.iter().filter(|r| !r[jain_at].is_empty()).count();
+    assert_eq!(filled, 1, "{csv}");
+
+    let summary = summary_text(&c);
+    for needle in [
+        "rec/consumer median",
+        "fairness (Jain)",
+        "idle consumers",
+        "redelivery s",
+    ] {
+        assert!(summary.contains(needle), "{needle}: {summary}");
+    }
+    assert!(
+        summary.contains("share consumer 2 killed at 20.0 s holding 100 records"),
+        "{summary}"
+    );
+
+    let html = read(dir.path().join(REPORT_HTML));
+    assert!(html.contains("Share consumers"));
+    assert!(
+        html.contains("ShareFetch: &lt;Bad&gt; ×2"),
+        "error kinds are escaped"
+    );
+    assert!(!html.contains("<Bad>"));
+
+    // Without share consumers nothing of it shows.
+    let plain = summary_text(&campaign("sluice", 10_000.0));
+    assert!(!plain.contains("rec/consumer"), "{plain}");
+}
+
+/// Results written before share consumers existed have no `share` fields: they still read.
+#[test]
+fn campaigns_without_share_results_still_read() {
+    let c = campaign("sluice", 10_000.0);
+    let mut json = serde_json::to_value(&c).unwrap();
+    for point in json["points"].as_array_mut().unwrap() {
+        for repeat in point["repeats"].as_array_mut().unwrap() {
+            repeat.as_object_mut().unwrap().remove("share");
+        }
+    }
+    let back: Campaign = serde_json::from_value(json).unwrap();
+    assert_eq!(back, c);
+}

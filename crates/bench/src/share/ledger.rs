@@ -62,7 +62,8 @@ impl KillWatch {
             remaining,
             left: count,
             first: None,
-            all: (count == 0).then_some(Duration::ZERO),
+            // Nothing held, nothing to come back: no time to report.
+            all: None,
         }
     }
 
@@ -223,8 +224,8 @@ mod tests {
         assert_eq!(w.redelivered(), 15);
         assert_eq!(w.all, Some(Duration::from_secs(5)));
         assert_eq!(w.first, Some(Duration::from_secs(2)));
-        // A consumer that held nothing: everything is back at once.
+        // A consumer that held nothing: no redelivery to time.
         let empty = KillWatch::new(t0, &[]);
-        assert_eq!((empty.held(), empty.all), (0, Some(Duration::ZERO)));
+        assert_eq!((empty.held(), empty.first, empty.all), (0, None, None));
     }
 }

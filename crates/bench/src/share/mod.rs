@@ -205,8 +205,10 @@ impl ShareFleet {
     /// Kills one consumer as a crashed process dies: its task is aborted, so its connection
     /// closes without a final acknowledgement, session close or leave. The victim is the
     /// consumer holding the most records (the first on a tie). Starts the watch for its records
-    /// to reach the others; returns (victim, records it held).
-    pub fn kill_one(&mut self) -> Option<(usize, u64)> {
+    /// to reach the others; returns (victim, records it held). With `only_holding`, kills
+    /// nobody (and returns `None`) while no consumer holds a record: a consumer waiting for a
+    /// fetch's answer holds nothing the client knows of, and its kill would time nothing.
+    pub fn kill_one(&mut self, only_holding: bool) -> Option<(usize, u64)> {
         let held: Vec<(usize, Vec<_>)> = self
             .stats
             .iter()
@@ -219,9 +221,12 @@ impl ShareFleet {
                 .map(|(_, a, b)| (b - a + 1).max(0) as u64)
                 .sum::<u64>()
         };
-        let (victim, _) = held
+        let (victim, most) = held
             .iter()
             .max_by(|(i, a), (j, b)| count(a).cmp(&count(b)).then(j.cmp(i)))?;
+        if only_holding && count(most) == 0 {
+            return None;
+        }
         let victim = *victim;
         let task = self.tasks[victim].take()?;
         // What it holds at the moment of the kill; the watch starts before the abort so that

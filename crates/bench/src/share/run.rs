@@ -29,6 +29,10 @@ use crate::workload::{Rate, Workload};
 const ASSIGN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the phase loop looks at the counters (end of the backlog, a due kill).
 const POLL: Duration = Duration::from_millis(50);
+/// Once a kill is due, how often to look for a consumer holding records, and for how long
+/// before killing one anyway.
+const KILL_POLL: Duration = Duration::from_millis(5);
+const KILL_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// See the module documentation.
 pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
@@ -257,9 +261,13 @@ impl Phases {
     fn run(&mut self, share: &mut ShareFleet, fleet: &Fleet, until: Instant, phase: &str) -> bool {
         loop {
             let now = Instant::now();
-            if self.kill_at.is_some_and(|at| now >= at) {
-                self.kill_at = None;
-                if let Some((victim, held)) = share.kill_one() {
+            if let Some(at) = self.kill_at.filter(|&at| now >= at) {
+                let give_up = now >= at + KILL_WAIT_MAX;
+                let killed = share.kill_one(!give_up);
+                if killed.is_some() || give_up {
+                    self.kill_at = None;
+                }
+                if let Some((victim, held)) = killed {
                     let at_s = self.started.elapsed().as_secs_f64();
                     if !self.quiet {
                         eprintln!(
@@ -287,7 +295,7 @@ impl Phases {
             }
             let mut wake = until.min(self.last_tick + self.every).min(now + POLL);
             if let Some(at) = self.kill_at {
-                wake = wake.min(at);
+                wake = wake.min(at.max(now + KILL_POLL));
             }
             std::thread::sleep(wake.saturating_duration_since(now));
         }
