@@ -11,8 +11,8 @@
 # records, and the Sluice / Kafka ratios paired within each round (summary.md).
 #
 # Cases (bench/workloads/<case>.toml):
-#   share-fair-2p-40c   40 consumers on 2 partitions, 5 ms per record: ~85 s per run
-#   share-kill-2p-40c   the same with one consumer killed mid-run: redelivery time (~70 s)
+#   share-fair-2p-40c   40 consumers on 2 partitions, 5 ms per record: ~80 s per run
+#   share-kill-2p-40c   the same with one consumer killed mid-run: redelivery time (~75 s)
 # The Sluice-greedy target runs a copy of each workload with `policy = "greedy"` added to its
 # [share] table (OUT/workloads/). A fourth target, not run by default, is a diagnostic:
 # sluice-fair-64k, Sluice (fair) with ShareFetch max_bytes 64 KiB instead of the Java client's
@@ -22,7 +22,7 @@
 # from 4.2; naming the feature keeps older 4.x working too) and deletes a deleted topic's files
 # 5 s later instead of 60 s (file.delete.delay.ms).
 #
-#   scripts/bench-share.sh                     # 3 rounds x 3 targets x both cases: ~30 min
+#   scripts/bench-share.sh                     # 3 rounds x 3 targets x both cases: ~25 min
 #   ROUNDS=1 CASES=share-fair-2p-40c TARGETS="sluice-fair kafka" scripts/bench-share.sh
 # Environment: OUT (target/bench-share), ROUNDS (3), CASES (both), TARGETS (sluice-fair
 # sluice-greedy kafka; sluice-fair-64k too on request), KAFKA_BASELINE_DIR, CARGO_TARGET_DIR
