@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Share groups (KIP-932) side by side: Sluice with its default fair acquisition, Sluice with
+# Share groups (KIP-932) side by side: Sluice with its default fair acquisition (in the
+# workload's batch_optimized acquire mode, and again in record_limit mode), Sluice with
 # share.acquire.policy=greedy (Kafka's behaviour), and Apache Kafka (../shared/kafka-baseline),
 # on the same workload with the same client (`sluice bench drain`'s native share consumers),
 # interleaved in one run.
@@ -14,7 +15,8 @@
 #   share-fair-2p-40c   40 consumers on 2 partitions, 5 ms per record: ~80 s per run
 #   share-kill-2p-40c   the same with one consumer killed mid-run: redelivery time (~75 s)
 # The Sluice-greedy target runs a copy of each workload with `policy = "greedy"` added to its
-# [share] table (OUT/workloads/). A fourth target, not run by default, is a diagnostic:
+# [share] table, the Sluice-record-limit target one with `acquire_mode = "record_limit"`
+# (OUT/workloads/). A fourth target, not run by default, is a diagnostic:
 # sluice-fair-64k, Sluice (fair) with ShareFetch max_bytes 64 KiB instead of the Java client's
 # default 50 MiB (TARGETS="sluice-fair sluice-greedy kafka sluice-fair-64k").
 #
@@ -22,10 +24,10 @@
 # from 4.2; naming the feature keeps older 4.x working too) and deletes a deleted topic's files
 # 5 s later instead of 60 s (file.delete.delay.ms).
 #
-#   scripts/bench-share.sh                     # 3 rounds x 3 targets x both cases: ~25 min
+#   scripts/bench-share.sh                     # 3 rounds x 4 targets x both cases: ~35 min
 #   ROUNDS=1 CASES=share-fair-2p-40c TARGETS="sluice-fair kafka" scripts/bench-share.sh
 # Environment: OUT (target/bench-share), ROUNDS (3), CASES (both), TARGETS (sluice-fair
-# sluice-greedy kafka; sluice-fair-64k too on request), KAFKA_BASELINE_DIR, CARGO_TARGET_DIR
+# sluice-record-limit sluice-greedy kafka; sluice-fair-64k too on request), KAFKA_BASELINE_DIR, CARGO_TARGET_DIR
 # (where the release build goes).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +40,7 @@ sluice="${CARGO_TARGET_DIR:-$repo/target}/release/sluice"
 out="${OUT:-$repo/target/bench-share}"
 rounds="${ROUNDS:-3}"
 cases="${CASES:-share-fair-2p-40c share-kill-2p-40c}"
-targets="${TARGETS:-sluice-fair sluice-greedy kafka}"
+targets="${TARGETS:-sluice-fair sluice-record-limit sluice-greedy kafka}"
 mkdir -p "$out/logs" "$out/workloads"
 out="$(cd "$out" && pwd)"
 manifest="$out/manifest.tsv"
@@ -53,7 +55,7 @@ manifest="$out/manifest.tsv"
 
 # The copies of each workload that the Sluice-greedy and diagnostic targets run.
 for case in $cases; do
-  for variant in sluice-greedy sluice-fair-64k; do
+  for variant in sluice-record-limit sluice-greedy sluice-fair-64k; do
     python3 "$repo/scripts/bench_share.py" variant "$variant" "bench/workloads/$case.toml" \
       "$out/workloads/$case-$variant.toml"
   done
@@ -157,7 +159,7 @@ run_target() { # round target version
   for case in $cases; do
     local workload="bench/workloads/$case.toml" log
     case "$target" in
-      sluice-greedy | sluice-fair-64k) workload="$out/workloads/$case-$target.toml" ;;
+      sluice-record-limit | sluice-greedy | sluice-fair-64k) workload="$out/workloads/$case-$target.toml" ;;
     esac
     log="$out/logs/r$round-$target-$case.txt"
     echo "== round $round: $target $case ($(date -u +%H:%M:%S))" >&2

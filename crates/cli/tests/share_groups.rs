@@ -362,6 +362,12 @@ fn share_groups_are_listed_and_described_with_start_offsets() {
     // Both members read partition 0; 0..=3 are accepted, so the start offset is 4.
     assert_eq!(offsets(&d), vec![row(4, 2)], "{d}");
     assert_eq!(d["total_lag"], RECORDS - 4, "{d}");
+    // 4..=9 are still in flight, all of them locked by a.
+    assert_eq!(
+        (&d["offsets"][0]["in_flight"], &d["offsets"][0]["acquired"]),
+        (&json!(6), &json!(6)),
+        "{d}"
+    );
 
     let text = server.ok(&["group", "describe", "workers"], "").stdout;
     for line in [
@@ -388,9 +394,11 @@ fn share_groups_are_listed_and_described_with_start_offsets() {
                 "START-OFFSET",
                 "LOG-END",
                 "LAG",
+                "IN-FLIGHT",
+                "LOCKED",
                 "MEMBERS"
             ],
-            vec![TOPIC, "0", "4", "10", "6", "2"],
+            vec![TOPIC, "0", "4", "10", "6", "6", "6", "2"],
             vec!["total", "lag:", "6"],
         ],
         "{text}"

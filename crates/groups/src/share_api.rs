@@ -277,6 +277,10 @@ pub type ConfigChange = (String, Option<String>);
 pub struct ShareOffset {
     pub start_offset: i64,
     pub lag: i64,
+    /// Records in the in-flight window still to be processed (available or acquired).
+    pub in_flight: u32,
+    /// Of those, the records a member holds under an acquisition lock.
+    pub acquired: u32,
 }
 
 impl Coordinator {
@@ -568,6 +572,8 @@ impl Coordinator {
                 let offset = g.partition(tp).map(|p| ShareOffset {
                     start_offset: p.start_offset(),
                     lag: log.offsets(tp).map_or(-1, |(_, hwm)| p.lag(hwm)),
+                    in_flight: p.in_flight(),
+                    acquired: p.acquired_total(),
                 });
                 (tp, offset)
             })

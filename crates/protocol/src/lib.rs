@@ -12,6 +12,8 @@
 //!   re-encoded) and response encoding with the right header version;
 //! - [`share_v2`]: ShareFetch and ShareAcknowledge v2 (Kafka 4.2), which `kafka-protocol` does not
 //!   know, as a thin layer over its v1, with the traits that read the fields v2 adds;
+//! - [`share_offsets`]: the lag and records in flight a DescribeShareGroupOffsets answer
+//!   carries as tagged fields;
 //! - [`versions`]: the API versions Sluice implements, the single source for ApiVersions;
 //! - [`partitioner`]: Kafka's default (murmur2) partitioner for keyed records;
 //! - [`records`]: the records inside a RecordBatch v2, encoded and decoded (the CLI and the HTTP
@@ -26,6 +28,7 @@ pub mod frame;
 pub mod guard;
 pub mod partitioner;
 pub mod records;
+pub mod share_offsets;
 pub mod share_v2;
 pub mod versions;
 

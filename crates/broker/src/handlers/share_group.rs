@@ -43,6 +43,7 @@ use sluice_groups::assignor::{Assignment, TopicInfo};
 use sluice_groups::errors::GroupError;
 use sluice_groups::share::{self, TopicPartition};
 use sluice_groups::share_api::{AckBatches, PartitionFetched, ShareLog, ShareRead, ack_error_code};
+use sluice_protocol::share_offsets;
 use sluice_protocol::share_v2::{
     ShareAcknowledgeRequestExt, ShareAcknowledgeResponseExt, ShareFetchRequestExt,
 };
@@ -646,7 +647,18 @@ pub async fn describe_offsets(
                                     "unknown topic {name}"
                                 )))),
                             Some(id) => match offsets.get(&(id, p)).cloned().flatten() {
-                                Some(o) => answer.with_start_offset(o.start_offset),
+                                Some(o) => {
+                                    let mut answer = answer.with_start_offset(o.start_offset);
+                                    share_offsets::set_detail(
+                                        &mut answer,
+                                        share_offsets::ShareOffsetDetail {
+                                            lag: o.lag,
+                                            in_flight: o.in_flight,
+                                            acquired: o.acquired,
+                                        },
+                                    );
+                                    answer
+                                }
                                 None => answer.with_start_offset(-1),
                             },
                         }

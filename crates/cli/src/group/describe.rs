@@ -48,14 +48,17 @@ use crate::client::{BootstrapArgs, Cluster};
 ///
 /// A share group (KIP-932) also shows its group epoch; its members may share a partition, and
 /// instead of committed offsets it has a START-OFFSET per partition: every record below it is
-/// acknowledged. Its LAG counts the records between the start offset and the log end,
-/// including any already acknowledged above the start offset (Kafka's
-/// DescribeShareGroupOffsets v0 carries no lag of its own, so this is an upper bound), and
-/// MEMBERS is how many members are assigned the partition. With --json:
+/// acknowledged. LAG counts the records from the start offset to the log end not yet
+/// acknowledged; IN-FLIGHT the records handed out or waiting to be, between the start offset
+/// and the next record never handed out; LOCKED those of them a consumer holds now; MEMBERS
+/// how many members are assigned the partition. From a broker other than Sluice, IN-FLIGHT and
+/// LOCKED are '-' and LAG also counts records already acknowledged above the start offset (an
+/// upper bound). With --json:
 ///   {"group":"jobs-workers","type":"share","state":"Stable","protocol_type":"share",
 ///    "assignor":"simple","group_epoch":3,"coordinator":{...},"members":[...],
 ///    "offsets":[{"topic":"jobs","partition":0,"start_offset":40,"log_end_offset":42,
-///                "lag":2,"member_ids":["...","..."]}],"total_lag":2}
+///                "lag":2,"in_flight":2,"acquired":1,"member_ids":["...","..."]}],
+///    "total_lag":2}
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub(super) struct DescribeArgs {

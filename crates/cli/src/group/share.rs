@@ -7,9 +7,11 @@
 //!
 //! - `describe`: ShareGroupDescribe ([`describe_share_group`]: state, group epoch, members and
 //!   their assignments), DescribeShareGroupOffsets for every partition the group has a start
-//!   offset for ([`start_offsets`], `topics: null`), ListOffsets latest for the log end. LAG is
-//!   log end − start offset: it also counts records acknowledged above the start offset, because
-//!   DescribeShareGroupOffsets v0 (the only version the codec has) carries no lag.
+//!   offset (`topics: null`), ListOffsets latest for the log end. A Sluice broker adds to each
+//!   partition of that answer the exact lag, the records in flight and the locked ones
+//!   (tagged fields, see `sluice_protocol::share_offsets`): LAG, IN-FLIGHT and LOCKED. From a
+//!   broker that does not, LAG is log end − start offset (it then also counts records
+//!   acknowledged above the start offset) and the other two are `-`.
 //! - `reset-offsets`: `reset.rs` plans new start offsets exactly as it plans committed offsets
 //!   (ListOffsets for the earliest offset and the log end), and [`alter_start_offsets`] sets them
 //!   with AlterShareGroupOffsets, which a broker accepts only while the group has no members
@@ -34,6 +36,8 @@ use sluice_protocol::kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest, ShareGroupDescribeRequest,
     TopicName,
 };
+
+use sluice_protocol::share_offsets::{self, ShareOffsetDetail};
 
 use super::describe::{Description, Kind, Member, assigned, log_ends, member_json, summary_text};
 use super::{Coordinator, Groups, Tp, group_error, group_id, sorted, str_bytes, table};
@@ -106,6 +110,19 @@ pub(super) async fn start_offsets(
     groups: &mut Groups,
     group: &str,
 ) -> anyhow::Result<BTreeMap<Tp, i64>> {
+    Ok(share_offsets(groups, group)
+        .await?
+        .into_iter()
+        .map(|(tp, (start, _))| (tp, start))
+        .collect())
+}
+
+/// As [`start_offsets`], with what a Sluice broker adds to each: the exact lag and the
+/// records in flight (`None` from a broker that does not say).
+async fn share_offsets(
+    groups: &mut Groups,
+    group: &str,
+) -> anyhow::Result<BTreeMap<Tp, (i64, Option<ShareOffsetDetail>)>> {
     let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
         DescribeShareGroupOffsetsRequestGroup::default()
             .with_group_id(group_id(group))
@@ -136,7 +153,7 @@ pub(super) async fn start_offsets(
             } else if p.start_offset >= 0 {
                 offsets.insert(
                     (t.topic_name.0.to_string(), p.partition_index),
-                    p.start_offset,
+                    (p.start_offset, share_offsets::detail(p)),
                 );
             }
         }
@@ -220,22 +237,36 @@ struct ShareRow {
     partition: i32,
     start: Option<i64>,
     log_end: Option<i64>,
+    /// From a Sluice broker: the exact lag and the records in flight.
+    detail: Option<ShareOffsetDetail>,
     /// The members assigned the partition (several may read one partition).
     member_ids: Vec<String>,
 }
 
 impl ShareRow {
-    /// Records from the start offset to the log end, acknowledged ones above the start
-    /// included: an upper bound of what is left to deliver.
+    /// Records at or above the start offset not yet acknowledged, as the broker counts them;
+    /// from a broker that does not say, everything from the start offset to the log end (an
+    /// upper bound: records acknowledged above the start offset are counted too).
     fn lag(&self) -> Option<i64> {
+        if let Some(d) = self.detail {
+            return Some(d.lag.max(0));
+        }
         Some((self.log_end? - self.start?).max(0))
+    }
+
+    fn in_flight(&self) -> Option<u32> {
+        self.detail.map(|d| d.in_flight)
+    }
+
+    fn acquired(&self) -> Option<u32> {
+        self.detail.map(|d| d.acquired)
     }
 }
 
 /// Every partition that is assigned or has a start offset, with what is known about it.
 fn share_rows(
     members: &[Member],
-    start: &BTreeMap<Tp, i64>,
+    start: &BTreeMap<Tp, (i64, Option<ShareOffsetDetail>)>,
     log_end: &BTreeMap<Tp, Result<i64, String>>,
 ) -> Vec<ShareRow> {
     let mut readers: BTreeMap<Tp, Vec<String>> = BTreeMap::new();
@@ -254,7 +285,8 @@ fn share_rows(
         .map(|tp| ShareRow {
             topic: tp.0.clone(),
             partition: tp.1,
-            start: start.get(tp).copied(),
+            start: start.get(tp).map(|&(s, _)| s),
+            detail: start.get(tp).and_then(|&(_, d)| d),
             log_end: log_end.get(tp).and_then(|r| r.as_ref().ok()).copied(),
             member_ids: readers.get(tp).cloned().unwrap_or_default(),
         })
@@ -268,7 +300,7 @@ pub(super) async fn print_description(
     d: &Description,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let start = start_offsets(groups, group).await?;
+    let start = share_offsets(groups, group).await?;
     let coordinator = groups.find_coordinator(group).await?;
     let mut wanted: BTreeSet<Tp> = start.keys().cloned().collect();
     wanted.extend(assigned(&d.members));
@@ -291,6 +323,8 @@ pub(super) async fn print_description(
                 "start_offset": r.start,
                 "log_end_offset": r.log_end,
                 "lag": r.lag(),
+                "in_flight": r.in_flight(),
+                "acquired": r.acquired(),
                 "member_ids": r.member_ids,
             })).collect::<Vec<_>>(),
             "total_lag": total_lag,
@@ -328,6 +362,8 @@ fn share_text(
                 dash(r.start),
                 dash(r.log_end),
                 dash(r.lag()),
+                dash(r.in_flight().map(i64::from)),
+                dash(r.acquired().map(i64::from)),
                 r.member_ids.len().to_string(),
             ]
         })
@@ -340,6 +376,8 @@ fn share_text(
             "START-OFFSET",
             "LOG-END",
             "LAG",
+            "IN-FLIGHT",
+            "LOCKED",
             "MEMBERS",
         ],
         &offset_rows,
@@ -371,7 +409,11 @@ mod tests {
             member("a", &[("jobs", &[0])]),
             member("b", &[("jobs", &[0, 1])]),
         ];
-        let start: BTreeMap<Tp, i64> = [(("jobs".into(), 0), 4), (("old".into(), 0), 7)].into();
+        let start: BTreeMap<Tp, (i64, Option<ShareOffsetDetail>)> = [
+            (("jobs".into(), 0), (4, None)),
+            (("old".into(), 0), (7, None)),
+        ]
+        .into();
         let log_end: BTreeMap<Tp, Result<i64, String>> = [
             (("jobs".into(), 0), Ok(10)),
             (("jobs".into(), 1), Ok(3)),
@@ -420,13 +462,18 @@ mod tests {
             partition: 0,
             start: Some(4),
             log_end: Some(10),
+            detail: Some(ShareOffsetDetail {
+                lag: 5,
+                in_flight: 3,
+                acquired: 2,
+            }),
             member_ids: vec!["a".to_owned(), "b".to_owned()],
         }];
         let coordinator = Coordinator {
             node_id: 1,
             addr: "127.0.0.1:9092".to_owned(),
         };
-        let text = share_text("workers", &d, &coordinator, &rows, 6);
+        let text = share_text("workers", &d, &coordinator, &rows, 5);
         assert_eq!(
             text,
             "group: workers\n\
@@ -440,14 +487,21 @@ mod tests {
              \x20 a          c          /127.0.0.1  jobs:0\n\
              \x20 b          c          /127.0.0.1  jobs:0\n\
              offsets:\n\
-             \x20 TOPIC  PARTITION  START-OFFSET  LOG-END  LAG  MEMBERS\n\
-             \x20 jobs   0          4             10       6    2\n\
-             total lag: 6\n"
+             \x20 TOPIC  PARTITION  START-OFFSET  LOG-END  LAG  IN-FLIGHT  LOCKED  MEMBERS\n\
+             \x20 jobs   0          4             10       5    3          2       2\n\
+             total lag: 5\n"
         );
-        // A start offset past the log end (the log was truncated) is no negative lag.
+        // From a broker that does not say: the log end minus the start offset, and a start
+        // offset past the log end (the log was truncated) is no negative lag.
+        let row = rows.into_iter().next().unwrap();
+        let plain = ShareRow {
+            detail: None,
+            ..row
+        };
+        assert_eq!((plain.lag(), plain.in_flight()), (Some(6), None));
         let ahead = ShareRow {
             start: Some(12),
-            ..rows.into_iter().next().unwrap()
+            ..plain
         };
         assert_eq!(ahead.lag(), Some(0));
     }

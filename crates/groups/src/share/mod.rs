@@ -887,14 +887,26 @@ impl ShareGroup {
         }
     }
 
-    /// Sets the start offset of `tp` (an admin reset; the group must be empty).
-    pub fn reset_offset(&mut self, tp: TopicPartition, offset: i64) -> Result<(), GroupError> {
+    /// Refuses an admin change while members are in the group. Members that already left
+    /// but whose share sessions are still open lose their records: an operator who resets or
+    /// deletes the offsets of an empty group has said what happens to them.
+    fn admin_change(&mut self) -> Result<(), GroupError> {
         if !self.members.is_empty() {
             return Err(GroupError::ShareGroupActive {
                 group_id: self.group_id.clone(),
                 members: self.members.len(),
             });
         }
+        let departed: Vec<String> = self.departed.keys().cloned().collect();
+        for id in departed {
+            self.remove_member(&id);
+        }
+        Ok(())
+    }
+
+    /// Sets the start offset of `tp` (an admin reset; the group must be empty).
+    pub fn reset_offset(&mut self, tp: TopicPartition, offset: i64) -> Result<(), GroupError> {
+        self.admin_change()?;
         match self.partitions.get_mut(&tp) {
             Some(p) => p
                 .reset(offset)
@@ -908,12 +920,7 @@ impl ShareGroup {
 
     /// Forgets the share-partitions of `tp` (DeleteShareGroupOffsets; the group must be empty).
     pub fn delete_offset(&mut self, tp: TopicPartition) -> Result<bool, GroupError> {
-        if !self.members.is_empty() {
-            return Err(GroupError::ShareGroupActive {
-                group_id: self.group_id.clone(),
-                members: self.members.len(),
-            });
-        }
+        self.admin_change()?;
         Ok(self.partitions.remove(&tp).is_some())
     }
 

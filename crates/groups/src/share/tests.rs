@@ -291,3 +291,29 @@ fn a_member_that_leaves_without_closing_its_session_releases_after_a_lock_durati
         Some((0, 2))
     );
 }
+
+#[test]
+fn resetting_an_empty_group_drops_what_departed_members_still_hold() {
+    let t = topics(&[("q", 1)]);
+    let tp = (*t.keys().next().unwrap(), 0);
+    let mut g = group();
+    g.heartbeat(0, join("a", &["q"]), &t);
+    g.session("a", 0, &[tp], &[], true).unwrap();
+    g.partition_mut(tp, 0, 4);
+    assert!(!g.acquire(0, "a", tp, 10, 4).is_empty());
+    // Left with its share session still open: the group is empty, its records still held.
+    g.heartbeat(1_000, beat("a", -1), &t);
+    assert_eq!(g.member_count(), 0);
+    assert!(g.has_session_owner("a"));
+    g.reset_offset(tp, 2).unwrap();
+    assert!(!g.has_session_owner("a"));
+    assert_eq!(g.next_deadline(), None);
+    // Nor does the departed member block DeleteShareGroupOffsets.
+    g.heartbeat(2_000, join("c", &["q"]), &t);
+    g.session("c", 0, &[tp], &[], true).unwrap();
+    g.partition_mut(tp, 2, 4);
+    assert!(!g.acquire(2_000, "c", tp, 10, 4).is_empty());
+    g.heartbeat(3_000, beat("c", -1), &t);
+    assert_eq!(g.delete_offset(tp), Ok(true));
+    assert!(!g.has_session_owner("c"));
+}
