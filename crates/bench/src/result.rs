@@ -339,8 +339,8 @@ pub struct ShareResult {
     pub max_bytes: u32,
     /// The workload's `acquire_mode`, as recorded.
     pub acquire_mode: String,
-    /// Whether the acquire mode went to the broker: only ShareFetch v2 carries it, and this
-    /// client speaks v1, so it never does yet (the broker's own mode applies).
+    /// Whether the acquire mode went to the broker: only ShareFetch v2 carries it (a broker
+    /// serving v1 only applies its own mode).
     pub acquire_mode_on_wire: bool,
     /// The ShareFetch version used, and the range the broker serves.
     pub share_fetch_version: i16,

@@ -146,6 +146,9 @@ pub struct Caller {
     /// The authenticated principal, as Kafka writes it: `User:NAME`, or `User:ANONYMOUS` on a
     /// PLAINTEXT connection or a TLS one without a client certificate.
     pub principal: Arc<str>,
+    /// The client connection, unique in this broker process (0: none, e.g. the HTTP API).
+    /// Share sessions are tied to it: see [`Broker::connection_closed`].
+    pub connection: u64,
 }
 
 impl Default for Caller {
@@ -154,6 +157,7 @@ impl Default for Caller {
             peer: None,
             listener: 0,
             principal: Arc::from("User:ANONYMOUS"),
+            connection: 0,
         }
     }
 }
@@ -629,7 +633,7 @@ impl Broker {
                 .boxed()
             }
             body => self
-                .dispatch(body, version, client_id, client_host, caller.listener)
+                .dispatch(body, version, client_id, client_host, caller)
                 .map(|r| r.map(|body| Response { body, memory: None }))
                 .boxed(),
         }
@@ -642,8 +646,10 @@ impl Broker {
         version: i16,
         client_id: String,
         client_host: String,
-        listener: usize,
+        caller: &Caller,
     ) -> BoxFuture<'static, Option<ResponseKind>> {
+        let listener = caller.listener;
+        let connection = caller.connection;
         let this = Arc::clone(self);
         let ready = |response| futures::future::ready(Some(response)).boxed();
         match body {
@@ -838,14 +844,14 @@ impl Broker {
                 self.start_group_timer();
                 async move {
                     Some(ResponseKind::ShareFetch(
-                        handlers::share_group::fetch(&this, req).await,
+                        handlers::share_group::fetch(&this, req, connection).await,
                     ))
                 }
                 .boxed()
             }
             RequestKind::ShareAcknowledge(req) => async move {
                 Some(ResponseKind::ShareAcknowledge(
-                    handlers::share_group::acknowledge(&this, req).await,
+                    handlers::share_group::acknowledge(&this, req, connection).await,
                 ))
             }
             .boxed(),
@@ -1060,6 +1066,15 @@ impl Broker {
     /// The group coordinator.
     pub fn groups(&self) -> &groups::Coordinator {
         &self.groups
+    }
+
+    /// Client connection `connection` ([`Caller::connection`]) closed: the share sessions last
+    /// used over it end, and their records go back to the other consumers at once, as in
+    /// Kafka, instead of when their acquisition locks expire.
+    pub fn connection_closed(&self, connection: u64) {
+        if connection != 0 {
+            self.groups.share_connection_closed(connection);
+        }
     }
 
     /// Every topic as the KIP-848 assignors see it, by topic id.

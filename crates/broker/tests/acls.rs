@@ -52,6 +52,7 @@ fn caller(principal: &str) -> Caller {
         peer: Some("127.0.0.1".parse().unwrap()),
         listener: 0,
         principal: Arc::from(principal),
+        connection: 0,
     }
 }
 

@@ -29,6 +29,8 @@ struct Fixture {
     broker: Arc<Broker>,
     rt: tokio::runtime::Runtime,
     topic_id: Uuid,
+    /// The client connection requests come in on (0: none).
+    connection: std::cell::Cell<u64>,
 }
 
 impl Fixture {
@@ -54,6 +56,7 @@ impl Fixture {
             broker,
             rt,
             topic_id,
+            connection: std::cell::Cell::new(0),
         }
     }
 
@@ -75,14 +78,19 @@ impl Fixture {
 
     fn call(&self, api_key: ApiKey, api_version: i16, body: RequestKind) -> ResponseKind {
         let _runtime = self.rt.enter();
-        let handling = self.broker.handle(Request {
+        let caller = sluice_broker::Caller {
+            connection: self.connection.get(),
+            ..sluice_broker::Caller::default()
+        };
+        let request = Request {
             api_key,
             api_version,
             correlation_id: 1,
             client_id: Some(s("test-client")),
             body,
-        });
-        self.rt.block_on(handling).expect("a response")
+        };
+        let handling = self.broker.handle_from(request, &caller);
+        self.rt.block_on(handling).expect("a response").body
     }
 
     /// Appends `n` one-record batches to `partition` and waits until they are durable.
@@ -374,8 +382,9 @@ fn fair_sharing_splits_the_lock_budget_and_greedy_does_not() {
             .map(|m| acquired(&f.fetch(group, m, 1, 0, &[], 500)).len())
             .collect()
     };
-    // Fair: 100 locks over 4 fetchers, 25 each (one already held from the first fetch).
-    assert_eq!(counts("fair"), vec![24, 24, 24, 24]);
+    // Fair: half of 100 locks over 4 fetchers, 13 each (one already held from the first
+    // fetch).
+    assert_eq!(counts("fair"), vec![12, 12, 12, 12]);
     // Greedy: the first fetch takes the rest of the window, the others nothing.
     assert_eq!(counts("greedy"), vec![96, 0, 0, 0]);
 }
@@ -642,4 +651,46 @@ fn consumer_group_configs_set_a_kip848_groups_timeouts() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_closed_connection_ends_its_share_sessions_and_hands_their_records_over() {
+    let f = Fixture::new(1);
+    assert_eq!(
+        f.set_configs("g", &[("share.auto.offset.reset", "earliest")]),
+        0
+    );
+    f.produce(0, 10);
+    join(&f, "g", "a");
+    join(&f, "g", "b");
+    // a fetches over connection 7, b over connection 8. (A share-partition's first fetch may
+    // only start it.)
+    f.connection.set(7);
+    let mut a_epoch = 0;
+    let mut held = Vec::new();
+    while held.is_empty() && a_epoch < 3 {
+        held = acquired(&f.fetch("g", "a", a_epoch, 0, &[], 4));
+        a_epoch += 1;
+    }
+    assert_eq!(held, vec![(0, 1), (1, 1), (2, 1), (3, 1)]);
+    // Another connection closing changes nothing.
+    f.broker.connection_closed(9);
+    f.connection.set(8);
+    let got = acquired(&f.fetch("g", "b", 0, 0, &[], 500));
+    assert_eq!(got.first(), Some(&(4, 1)), "{got:?}");
+    // a's connection closes (a crashed): its four records go to b at once, with no lock
+    // expiry; a is still a member, but its share session is gone.
+    f.broker.connection_closed(7);
+    let got = acquired(&f.fetch("g", "b", 1, 0, &[(4, 9, ACCEPT)], 500));
+    assert_eq!(got, vec![(0, 2), (1, 2), (2, 2), (3, 2)]);
+    f.connection.set(7);
+    let r = f.fetch("g", "a", a_epoch, 0, &[(0, 3, ACCEPT)], 500);
+    assert_eq!(
+        r.error_code,
+        ResponseError::ShareSessionNotFound.code(),
+        "{r:?}"
+    );
+    // A new session from a reconnected a works.
+    f.connection.set(10);
+    assert_eq!(f.fetch("g", "a", 0, 0, &[], 500).error_code, 0);
 }

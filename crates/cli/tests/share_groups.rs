@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Server, kafka_call, run_cli};
+use common::{Server, kafka_call, kafka_call_on, kafka_connect, run_cli};
 use serde_json::{Value, json};
 use sluice_protocol::kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -47,6 +47,8 @@ struct ShareMember {
     epoch: i32,
     /// The share session's next epoch (0 opens one).
     session_epoch: i32,
+    /// The connection its share session lives on (it ends when the connection closes).
+    conn: std::net::TcpStream,
 }
 
 impl ShareMember {
@@ -59,6 +61,7 @@ impl ShareMember {
             member_id: format!("{:032x}", rand::random::<u128>()),
             epoch: 0,
             session_epoch: 0,
+            conn: kafka_connect(server.port),
         };
         m.heartbeat();
         m.heartbeat();
@@ -129,8 +132,8 @@ impl ShareMember {
                     .with_partition_index(0)
                     .with_acknowledgement_batches(acks),
             ])]);
-        let r = match kafka_call(
-            self.port,
+        let r = match kafka_call_on(
+            &mut self.conn,
             ApiKey::ShareFetch,
             1,
             RequestKind::ShareFetch(request),

@@ -336,6 +336,10 @@ struct Inner {
     /// Cluster mode: takes in flight, shared by every request that waits for the same group.
     /// At most one per group, each for a request in flight.
     taking: HashMap<String, Taking>,
+    /// Share groups with a share session on each client connection: when the connection
+    /// closes, those sessions end and their records go back
+    /// ([`Coordinator::share_connection_closed`]).
+    share_connections: HashMap<u64, BTreeSet<String>>,
 }
 
 /// A group lease this broker holds.

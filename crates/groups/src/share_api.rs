@@ -352,6 +352,7 @@ impl Coordinator {
         forgetting: &[TopicPartition],
         acks: Vec<(TopicPartition, AckBatches)>,
         is_fetch: bool,
+        connection: u64,
     ) -> Result<(Vec<TopicPartition>, Vec<(TopicPartition, AckOutcome)>), GroupError> {
         self.share_served()?;
         self.own_group(group_id).await?;
@@ -400,6 +401,16 @@ impl Coordinator {
                 Some(SessionOutcome::Open(p)) => p,
                 _ => Vec::new(),
             };
+            if connection != 0 && g.bind_connection(member_id, connection) {
+                inner
+                    .share_connections
+                    .entry(connection)
+                    .or_default()
+                    .insert(group_id.to_owned());
+            }
+            let Some(group) = inner.groups.get_mut(group_id) else {
+                return Err(GroupError::unknown_member(group_id, member_id));
+            };
             let durable: Option<Durable> = changed.then(|| self.persist(group_id, group));
             (partitions, outcomes, durable)
         };
@@ -409,6 +420,28 @@ impl Coordinator {
             return Err(GroupError::StateNotStored(e));
         }
         Ok((partitions, outcomes))
+    }
+
+    /// Client connection `connection` closed: every share session last used over it ends and
+    /// its records go back to the other members at once (see
+    /// [`share::ShareGroup::connection_closed`]). Nothing durable changes: acquisitions are
+    /// not stored.
+    pub fn share_connection_closed(&self, connection: u64) {
+        let mut inner = self.lock();
+        let Some(group_ids) = inner.share_connections.remove(&connection) else {
+            return;
+        };
+        for group_id in group_ids {
+            if let Some(Group {
+                kind: Kind::Share(g),
+                ..
+            }) = inner.groups.get_mut(&group_id)
+            {
+                for member in g.connection_closed(connection) {
+                    tracing::info!(group = %group_id, member = %member, "share session's connection closed; its records go to the others");
+                }
+            }
+        }
     }
 
     /// Acquires records of `partitions` for the member and reads the batches that hold them,
@@ -502,7 +535,9 @@ impl Coordinator {
                             .iter()
                             .map(|a| a.last_offset - a.first_offset + 1)
                             .sum();
-                        if !acquired.is_empty() {
+                        if let (Some(first), Some(last)) = (acquired.first(), acquired.last()) {
+                            let bytes =
+                                batches_covering(bytes, first.first_offset, last.last_offset);
                             records_left = records_left
                                 .saturating_sub(u32::try_from(count).unwrap_or(u32::MAX));
                             bytes_left = bytes_left.saturating_sub(bytes.len());
@@ -751,5 +786,93 @@ pub fn ack_error_code(e: &AckError) -> i16 {
     match e {
         AckError::InvalidRecordState(_) => ResponseError::InvalidRecordState.code(),
         AckError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
+    }
+}
+
+/// The whole batches of `bytes` (record batches, as the log stores them) that hold offsets
+/// `first..=last`: a fetch reads ahead of what a member may take, and the batches past the
+/// last acquired record would only be sent to be dropped by the client. Batches are kept whole
+/// (their CRC covers them). A header that does not parse, or a batch the read cut, ends the
+/// walk and keeps the rest.
+pub fn batches_covering(bytes: Bytes, first: i64, last: i64) -> Bytes {
+    // baseOffset (8) and batchLength (4) start every batch; lastOffsetDelta is at byte 23.
+    const LENGTH_END: usize = 12;
+    const LAST_DELTA_AT: usize = 23;
+    let mut pos = 0usize;
+    let mut start = None;
+    while pos + LAST_DELTA_AT + 4 <= bytes.len() {
+        let at = |i: usize, n: usize| &bytes[pos + i..pos + i + n];
+        let base = i64::from_be_bytes(at(0, 8).try_into().unwrap_or([0; 8]));
+        let length = i32::from_be_bytes(at(8, 4).try_into().unwrap_or([0; 4]));
+        let delta = i32::from_be_bytes(at(LAST_DELTA_AT, 4).try_into().unwrap_or([0; 4]));
+        let Some(end) = usize::try_from(length)
+            .ok()
+            .and_then(|l| (pos + LENGTH_END).checked_add(l))
+            .filter(|&e| e <= bytes.len() && e > pos + LAST_DELTA_AT)
+        else {
+            break;
+        };
+        let batch_last = base.saturating_add(i64::from(delta));
+        if batch_last < first {
+            pos = end;
+            continue;
+        }
+        let from = *start.get_or_insert(pos);
+        if batch_last >= last {
+            return bytes.slice(from..end);
+        }
+        pos = end;
+    }
+    bytes.slice(start.unwrap_or(pos).min(bytes.len())..)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in batch of `records` offsets from `base`, `size` bytes long (only the fields
+    /// the walk reads are set).
+    fn batch(base: i64, records: i32, size: usize) -> Vec<u8> {
+        let mut b = vec![0u8; size];
+        b[..8].copy_from_slice(&base.to_be_bytes());
+        b[8..12].copy_from_slice(&(size as i32 - 12).to_be_bytes());
+        b[23..27].copy_from_slice(&(records - 1).to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn only_the_batches_holding_acquired_offsets_go_out() {
+        let parts = [batch(0, 10, 100), batch(10, 10, 120), batch(20, 10, 90)];
+        let all = Bytes::from(parts.concat());
+        // 12..=15: the second batch alone.
+        assert_eq!(&batches_covering(all.clone(), 12, 15)[..], &parts[1][..]);
+        // 5..=21: all three.
+        assert_eq!(batches_covering(all.clone(), 5, 21), all);
+        // 0..=9: the first.
+        assert_eq!(&batches_covering(all.clone(), 0, 9)[..], &parts[0][..]);
+        // 15..=29: the last two.
+        assert_eq!(&batches_covering(all.clone(), 15, 29)[..], &all[100..]);
+    }
+
+    #[test]
+    fn a_cut_or_garbled_batch_keeps_the_rest() {
+        let parts = [batch(0, 10, 100), batch(10, 10, 120)];
+        let all = parts.concat();
+        // The read ended inside the second batch: from the first needed batch on, as read.
+        let cut = Bytes::from(all[..150].to_vec());
+        assert_eq!(batches_covering(cut.clone(), 12, 15), cut.slice(100..));
+        // A negative length: nothing past it is trusted, nothing is lost.
+        let mut garbled = all.clone();
+        garbled[108..112].copy_from_slice(&(-5i32).to_be_bytes());
+        let garbled = Bytes::from(garbled);
+        assert_eq!(
+            batches_covering(garbled.clone(), 12, 15),
+            garbled.slice(100..)
+        );
+        assert_eq!(batches_covering(Bytes::new(), 0, 1), Bytes::new());
+        assert_eq!(
+            batches_covering(Bytes::from_static(&[1, 2, 3]), 0, 1).len(),
+            3
+        );
     }
 }

@@ -563,6 +563,7 @@ impl FromRequestParts<Arc<AppState>> for Principal {
                     peer,
                     listener: 0,
                     principal: Arc::from(name),
+                    connection: 0,
                 },
             });
         }

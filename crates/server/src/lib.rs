@@ -133,6 +133,9 @@ const REPEATED_LOG_INTERVAL: Duration = Duration::from_secs(5);
 /// First and longest pause after a failed accept.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The id of the next client connection ([`Caller::connection`]), unique in the process over
+/// every listener; 0 is never used.
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// What every connection of one listener shares.
 #[derive(Debug)]
@@ -222,6 +225,7 @@ pub async fn serve(
                     let broker = Arc::clone(&broker);
                     let shared = Arc::clone(&shared);
                     let endpoint = endpoint.clone();
+                    let connection = NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     connections.spawn(async move {
                         // The handshake runs here, not in the accept loop: a slow client
                         // delays only itself. The slot is held meanwhile.
@@ -239,6 +243,7 @@ pub async fn serve(
                                     peer: Some(peer.ip()),
                                     listener: endpoint.index,
                                     principal: Arc::from(principal),
+                                    connection,
                                 },
                                 client_id: None,
                                 sasl: endpoint.sasl.clone().map(sasl::SaslSession::new),
@@ -247,6 +252,7 @@ pub async fn serve(
                                 _slot: slot,
                             };
                             conn.run(transport, shutdown).await;
+                            broker.connection_closed(connection);
                         }
                         broker.metrics().kafka_connection_open(false);
                     });

@@ -19,13 +19,26 @@ use uuid::Uuid;
 use super::conn::{Conn, ConnError};
 use super::ledger::Tp;
 
-/// Versions this client speaks. The share APIs are at v1: the codec has no v2 (KIP-1206's
-/// acquire mode), so `acquire_mode` is recorded but not sent (see `ShareResult`).
+/// Versions this client speaks. The share APIs are at v1, except ShareFetch: v2 (Kafka 4.2,
+/// KIP-1206's acquire mode) when the broker serves it ([`share_fetch_version`]), so the
+/// workload's `acquire_mode` reaches the broker.
 pub const API_VERSIONS_VERSION: i16 = 3;
 pub const FIND_COORDINATOR_VERSION: i16 = 4;
 pub const METADATA_VERSION: i16 = 12;
 pub const INCREMENTAL_ALTER_CONFIGS_VERSION: i16 = 1;
 pub const SHARE_VERSION: i16 = 1;
+/// The highest ShareFetch version this client speaks.
+pub const SHARE_FETCH_VERSION_MAX: i16 = 2;
+
+/// The ShareFetch version to use with a broker serving `served` (`None`: not listed).
+pub fn share_fetch_version(served: Option<(i16, i16)>) -> i16 {
+    match served {
+        Some((min, max)) if (min..=max).contains(&SHARE_FETCH_VERSION_MAX) => {
+            SHARE_FETCH_VERSION_MAX
+        }
+        _ => SHARE_VERSION,
+    }
+}
 
 /// How long an admin call (not a fetch) may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);

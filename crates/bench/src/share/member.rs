@@ -47,6 +47,8 @@ use tokio::sync::{Mutex as AsyncMutex, Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use sluice_protocol::share_v2::ShareFetchRequestExt;
+
 use super::cluster::{self, CALL_TIMEOUT, Metadata, SHARE_VERSION};
 use super::conn::{Conn, ConnError};
 use super::ledger::{Ledger, Tp};
@@ -112,6 +114,10 @@ pub struct MemberSpec {
     /// `max_bytes` of each ShareFetch (the Java client's `fetch.max.bytes`).
     pub max_bytes: i32,
     pub processing: Duration,
+    /// KIP-1206's `ShareAcquireMode` id: 0 batch_optimized, 1 record_limit (sent at v2 only).
+    pub acquire_mode: i8,
+    /// The ShareFetch version used (see [`cluster::share_fetch_version`]).
+    pub share_fetch_version: i16,
 }
 
 /// Error counts by kind, with a few examples.
@@ -587,9 +593,10 @@ async fn fetch_loop(
             };
             sending.extend(acked.iter().copied());
             let timeout = CALL_TIMEOUT + Duration::from_millis(shared.spec.max_wait_ms as u64);
+            let version = shared.spec.share_fetch_version;
             calls.spawn(async move {
                 let sent = Instant::now();
-                let response = conn.call(SHARE_VERSION, &request, timeout).await;
+                let response = conn.share_fetch(version, &request, timeout).await;
                 Answer {
                     addr,
                     desired,
@@ -801,6 +808,7 @@ fn fetch_request(
         .with_max_bytes(shared.spec.max_bytes)
         .with_max_records(shared.spec.max_poll_records)
         .with_batch_size(shared.spec.max_poll_records)
+        .with_share_acquire_mode_id(shared.spec.acquire_mode)
         .with_topics(
             by_topic
                 .into_iter()

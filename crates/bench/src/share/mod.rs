@@ -63,6 +63,8 @@ pub struct FleetSpec {
 pub struct Setup {
     /// ShareFetch versions the broker serves.
     pub share_fetch_versions: Option<(i16, i16)>,
+    /// The ShareFetch version the consumers use.
+    pub share_fetch_version: i16,
     pub coordinator: String,
 }
 
@@ -131,8 +133,12 @@ impl ShareFleet {
         let bootstrap = cluster::bootstrap_addresses(&target.bootstrap);
         let (stop, stop_rx) = watch::channel(false);
         let (metadata, setup) = runtime.block_on(prepare(&bootstrap, &spec))?;
+        let member = MemberSpec {
+            share_fetch_version: setup.share_fetch_version,
+            ..spec.member.clone()
+        };
         let shared = Arc::new(Shared::new(
-            spec.member.clone(),
+            member,
             bootstrap,
             metadata,
             setup.coordinator.clone(),
@@ -333,6 +339,7 @@ async fn prepare(bootstrap: &[String], spec: &FleetSpec) -> Result<(Metadata, Se
         metadata,
         Setup {
             share_fetch_versions,
+            share_fetch_version: cluster::share_fetch_version(share_fetch_versions),
             coordinator,
         },
     ))

@@ -58,6 +58,9 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
                 max_wait_ms: s.max_wait_ms as i32,
                 max_bytes: s.max_bytes.0 as i32,
                 processing: Duration::from_secs_f64(s.processing_ms_per_record / 1e3),
+                acquire_mode: i8::from(s.acquire_mode == "record_limit"),
+                // Set once the broker's versions are known.
+                share_fetch_version: cluster::SHARE_VERSION,
             },
             group_configs: s.group_configs(),
         };
@@ -199,8 +202,8 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             max_poll_records: s.max_poll_records,
             max_bytes: s.max_bytes.0 as u32,
             acquire_mode: s.acquire_mode.clone(),
-            acquire_mode_on_wire: false,
-            share_fetch_version: cluster::SHARE_VERSION,
+            acquire_mode_on_wire: setup.share_fetch_version >= 2,
+            share_fetch_version: setup.share_fetch_version,
             broker_share_fetch_versions: setup.share_fetch_versions.map(|(a, b)| [a, b]),
             group_configs: spec.group_configs,
             lock_timeout_ms: outcome.lock_timeout_ms,

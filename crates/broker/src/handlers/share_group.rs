@@ -279,7 +279,8 @@ fn acks_of<'a>(
         .collect()
 }
 
-pub async fn fetch(broker: &Broker, req: ShareFetchRequest) -> ShareFetchResponse {
+/// ShareFetch over client connection `connection` (the share session is tied to it).
+pub async fn fetch(broker: &Broker, req: ShareFetchRequest, connection: u64) -> ShareFetchResponse {
     let refuse = |e: GroupError| {
         let (code, message) = refusal(&e);
         ShareFetchResponse::default()
@@ -349,6 +350,7 @@ pub async fn fetch(broker: &Broker, req: ShareFetchRequest) -> ShareFetchRespons
             &forgetting,
             acks,
             true,
+            connection,
         )
         .await;
     let (partitions, ack_outcomes) = match session {
@@ -501,6 +503,7 @@ pub async fn fetch(broker: &Broker, req: ShareFetchRequest) -> ShareFetchRespons
 pub async fn acknowledge(
     broker: &Broker,
     req: ShareAcknowledgeRequest,
+    connection: u64,
 ) -> ShareAcknowledgeResponse {
     let refuse = |e: GroupError| {
         let (code, message) = refusal(&e);
@@ -540,6 +543,7 @@ pub async fn acknowledge(
             &[],
             acks,
             false,
+            connection,
         )
         .await;
     let outcomes = match session {

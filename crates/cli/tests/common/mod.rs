@@ -325,13 +325,30 @@ pub fn kafka_call(
     version: i16,
     body: sluice_protocol::kafka_protocol::messages::RequestKind,
 ) -> sluice_protocol::kafka_protocol::messages::ResponseKind {
-    use std::io::{Read, Write};
-    let mut out = bytes::BytesMut::new();
-    sluice_protocol::codec::encode_request(&mut out, api_key, version, 1, "test", &body).unwrap();
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut stream = kafka_connect(port);
+    kafka_call_on(&mut stream, api_key, version, body)
+}
+
+/// A connection to the broker's Kafka port for [`kafka_call_on`].
+pub fn kafka_connect(port: u16) -> std::net::TcpStream {
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    stream
+}
+
+/// [`kafka_call`] over an open connection (a share session belongs to the connection it is
+/// used on, and ends when it closes).
+pub fn kafka_call_on(
+    stream: &mut std::net::TcpStream,
+    api_key: sluice_protocol::kafka_protocol::messages::ApiKey,
+    version: i16,
+    body: sluice_protocol::kafka_protocol::messages::RequestKind,
+) -> sluice_protocol::kafka_protocol::messages::ResponseKind {
+    use std::io::{Read, Write};
+    let mut out = bytes::BytesMut::new();
+    sluice_protocol::codec::encode_request(&mut out, api_key, version, 1, "test", &body).unwrap();
     stream.write_all(&out).unwrap();
     let mut size = [0u8; 4];
     stream.read_exact(&mut size).unwrap();

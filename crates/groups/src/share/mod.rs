@@ -17,8 +17,9 @@
 //! Kafka hands out each partition's in-flight budget (`group.share.partition.max.record.locks`)
 //! greedily: one fetch may lock up to its `max.poll.records`, so with slow processing a few
 //! members hold every lock and the rest sit idle. Here, under the default `fair` acquire
-//! policy, a member may hold at most its share of the budget: the budget divided by the
-//! members whose share session fetches that partition. A member that closes its session (or
+//! policy, a member may hold at most its share of the budget: half the budget divided by the
+//! members whose share session fetches that partition (the other half of the window holds
+//! records acknowledged out of order, see [`ShareGroup::member_cap`]). A member that closes its session (or
 //! leaves, or times out) gives its records back and its share to the others. The group config
 //! `share.acquire.policy=greedy` restores Kafka's behaviour, for comparison.
 //!
@@ -255,6 +256,8 @@ struct Member {
 struct Session {
     next_epoch: i32,
     partitions: BTreeSet<TopicPartition>,
+    /// The client connection that last used the session (0: not known).
+    connection: u64,
 }
 
 /// What a share session request (ShareFetch, ShareAcknowledge) did to the member's session.
@@ -695,6 +698,7 @@ impl ShareGroup {
                     Session {
                         next_epoch: 1,
                         partitions,
+                        connection: 0,
                     },
                 );
                 Ok(SessionOutcome::Open(open))
@@ -737,6 +741,39 @@ impl ShareGroup {
                 ))
             }
         }
+    }
+
+    /// Notes that the member's share session was used over client connection `connection`
+    /// (see [`ShareGroup::connection_closed`]). Returns whether the member has a session.
+    pub fn bind_connection(&mut self, member_id: &str, connection: u64) -> bool {
+        match self.sessions.get_mut(member_id) {
+            Some(s) => {
+                s.connection = connection;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Client connection `connection` closed: the share sessions last used over it end, as if
+    /// closed, and their members' records go back at once instead of when their locks expire
+    /// (a consumer that crashed, or lost its connection, will not acknowledge them; one that
+    /// is still alive opens a new session). Returns the members whose sessions ended.
+    pub fn connection_closed(&mut self, connection: u64) -> Vec<String> {
+        if connection == 0 {
+            return Vec::new();
+        }
+        let ended: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.connection == connection)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ended {
+            self.sessions.remove(id);
+            self.release_member(id);
+        }
+        ended
     }
 
     /// Releases every record the member holds (its session closed); a member that left is
@@ -812,6 +849,13 @@ impl ShareGroup {
     }
 
     /// The member's cap of acquired records on `tp` under the group's acquire policy.
+    ///
+    /// Fair: half the partition's budget, divided among its fetchers. The budget bounds the
+    /// in-flight window (end offset − start offset, as in Kafka), not only the locked records:
+    /// a record acknowledged above one still being processed keeps its place in the window
+    /// until the start offset passes it. In steady state that is about as many records again
+    /// as are locked, so caps adding up to the whole budget would fill the window and leave
+    /// fetchers waiting for the slowest member; half leaves room for them.
     pub fn member_cap(&self, tp: TopicPartition) -> Option<u32> {
         match self.settings.acquire_policy {
             AcquirePolicy::Greedy => None,
@@ -822,8 +866,13 @@ impl ShareGroup {
                     .filter(|s| s.partitions.contains(&tp))
                     .count()
                     .max(1);
-                let fetchers = u32::try_from(fetchers).unwrap_or(u32::MAX);
-                Some(self.settings.max_record_locks.div_ceil(fetchers).max(1))
+                let fetchers = u32::try_from(fetchers).unwrap_or(u32::MAX / 2);
+                Some(
+                    self.settings
+                        .max_record_locks
+                        .div_ceil(fetchers.saturating_mul(2))
+                        .max(1),
+                )
             }
         }
     }

@@ -153,16 +153,18 @@ fn fair_sharing_caps_each_fetcher_at_its_share_of_the_lock_budget() {
             .map(|a| a.last_offset - a.first_offset + 1)
             .sum::<i64>()
     };
-    assert_eq!(count(&g.acquire(0, "a", tp, 500, 1_000)), 25);
+    // Half the budget over four fetchers: the other half of the window holds records
+    // acknowledged above older ones still being processed.
+    assert_eq!(count(&g.acquire(0, "a", tp, 500, 1_000)), 13);
     assert!(g.at_cap("a", tp));
     assert_eq!(count(&g.acquire(0, "a", tp, 500, 1_000)), 0);
     for m in ["b", "c", "d"] {
-        assert_eq!(count(&g.acquire(0, m, tp, 500, 1_000)), 25, "{m}");
+        assert_eq!(count(&g.acquire(0, m, tp, 500, 1_000)), 13, "{m}");
     }
     // A member that closes its session gives its records and its share back.
     g.session("d", SESSION_CLOSE_EPOCH, &[], &[], true).unwrap();
     g.release_member("d");
-    assert_eq!(g.member_cap(tp), Some(34));
+    assert_eq!(g.member_cap(tp), Some(17));
 
     // Greedy (Kafka's behaviour): one fetch takes everything up to the window.
     settings.acquire_policy = AcquirePolicy::Greedy;
