@@ -78,7 +78,9 @@ fn share_consumers_process_every_record_once_and_the_numbers_add_up() {
     assert_eq!(as_u64(&share["redelivered_records"]), 0, "{share}");
     assert_eq!(as_u64(&share["errors"]), 0, "{share}");
     assert_eq!(share["backlog_exhausted"], true);
-    assert_eq!(share["acquire_mode_on_wire"], false);
+    // Sluice serves ShareFetch v2, so the workload's acquire mode went to the broker.
+    assert_eq!(share["acquire_mode_on_wire"], true, "{share}");
+    assert_eq!(share["share_fetch_version"], 2, "{share}");
     assert_eq!(
         share["group_configs"]["share.auto.offset.reset"],
         "earliest"
