@@ -196,6 +196,9 @@ impl CatalogSync {
         let mut retry = false;
         loop {
             tokio::select! {
+                // Stop first: a change that arrived with (or after) the stop is not applied.
+                biased;
+                _ = stop.wait_for(|stop| *stop) => return,
                 changed = catalog.changed() => {
                     if changed.is_err() {
                         tracing::info!("the cluster catalog is closed; topics stay as they are");
@@ -203,7 +206,6 @@ impl CatalogSync {
                     }
                 }
                 _ = tokio::time::sleep(CATALOG_RETRY_INTERVAL), if retry => {}
-                _ = stop.wait_for(|stop| *stop) => return,
             }
             catalog.borrow_and_update();
             let Some(sync) = this.upgrade() else {
