@@ -795,24 +795,21 @@ pub fn ack_error_code(e: &AckError) -> i16 {
 /// (their CRC covers them). A header that does not parse, or a batch the read cut, ends the
 /// walk and keeps the rest.
 pub fn batches_covering(bytes: Bytes, first: i64, last: i64) -> Bytes {
-    // baseOffset (8) and batchLength (4) start every batch; lastOffsetDelta is at byte 23.
-    const LENGTH_END: usize = 12;
-    const LAST_DELTA_AT: usize = 23;
+    use sluice_batch::header::{BASE_OFFSET, BATCH_LENGTH, LAST_OFFSET_DELTA, LOG_OVERHEAD_BYTES};
     let mut pos = 0usize;
     let mut start = None;
-    while pos + LAST_DELTA_AT + 4 <= bytes.len() {
-        let at = |i: usize, n: usize| &bytes[pos + i..pos + i + n];
-        let base = i64::from_be_bytes(at(0, 8).try_into().unwrap_or([0; 8]));
-        let length = i32::from_be_bytes(at(8, 4).try_into().unwrap_or([0; 4]));
-        let delta = i32::from_be_bytes(at(LAST_DELTA_AT, 4).try_into().unwrap_or([0; 4]));
+    while pos + LAST_OFFSET_DELTA.end <= bytes.len() {
+        let batch = &bytes[pos..];
+        let length = sluice_batch::read_i32(batch, BATCH_LENGTH);
         let Some(end) = usize::try_from(length)
             .ok()
-            .and_then(|l| (pos + LENGTH_END).checked_add(l))
-            .filter(|&e| e <= bytes.len() && e > pos + LAST_DELTA_AT)
+            .and_then(|l| (pos + LOG_OVERHEAD_BYTES).checked_add(l))
+            .filter(|&e| e <= bytes.len() && e >= pos + LAST_OFFSET_DELTA.end)
         else {
             break;
         };
-        let batch_last = base.saturating_add(i64::from(delta));
+        let batch_last = sluice_batch::read_i64(batch, BASE_OFFSET)
+            .saturating_add(i64::from(sluice_batch::read_i32(batch, LAST_OFFSET_DELTA)));
         if batch_last < first {
             pos = end;
             continue;
@@ -833,10 +830,13 @@ mod tests {
     /// A stand-in batch of `records` offsets from `base`, `size` bytes long (only the fields
     /// the walk reads are set).
     fn batch(base: i64, records: i32, size: usize) -> Vec<u8> {
+        use sluice_batch::header::{
+            BASE_OFFSET, BATCH_LENGTH, LAST_OFFSET_DELTA, LOG_OVERHEAD_BYTES,
+        };
         let mut b = vec![0u8; size];
-        b[..8].copy_from_slice(&base.to_be_bytes());
-        b[8..12].copy_from_slice(&(size as i32 - 12).to_be_bytes());
-        b[23..27].copy_from_slice(&(records - 1).to_be_bytes());
+        b[BASE_OFFSET].copy_from_slice(&base.to_be_bytes());
+        b[BATCH_LENGTH].copy_from_slice(&((size - LOG_OVERHEAD_BYTES) as i32).to_be_bytes());
+        b[LAST_OFFSET_DELTA].copy_from_slice(&(records - 1).to_be_bytes());
         b
     }
 
