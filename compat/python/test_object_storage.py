@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from compat_util import Got, by_partition, check_read_back, make_records, now_ms, topic_name
@@ -135,9 +135,23 @@ def group_consumer(bootstrap: str, group: str, client_id: str) -> Consumer:
 
 
 def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Each partition's (low, high) watermark. A consumer that has not loaded the topic's
+    metadata yet may answer "Unknown partition" at first (seen under CI load right after a
+    restart): that is retried for a bounded time, any other error is not."""
     c = group_consumer(bootstrap, f"compat-unused-{topic}", "compat-object-watermarks")
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False) for p in range(PARTITIONS)}
+        out = {}
+        for p in range(PARTITIONS):
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    out[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                    break
+                except KafkaException as e:
+                    if e.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+        return out
     finally:
         c.close()
 
