@@ -401,7 +401,18 @@ impl Checker {
             examples,
             passed,
             kill_log: Vec::new(),
+            ..CorrectnessReport::default()
         }
+    }
+
+    /// One past the highest offset observed on `topic`/`partition` (0 when nothing was): the
+    /// partition has been read through when this reaches its high watermark.
+    pub fn next_offset(&self, topic: &str, partition: i32) -> i64 {
+        self.partition_index
+            .get(topic)
+            .and_then(|m| m.get(&partition))
+            .and_then(|&i| self.partitions[i as usize].last_offset)
+            .map_or(0, |last| last + 1)
     }
 
     /// The index of a topic-partition, interning it on first sight. `recent`: which entry of
@@ -764,6 +775,22 @@ mod tests {
         checker.observe("t0", 0, 0, b"short");
         checker.observe("t0", 0, 1, &[0; 64]);
         assert_eq!(checker.report(0).corrupted, 2);
+    }
+
+    #[test]
+    fn next_offset_follows_what_was_read() {
+        let records = stream(1, 10, 2);
+        let mut checker = Checker::new(false);
+        assert_eq!(checker.next_offset("t0", 0), 0);
+        observe_all(&mut checker, &records[..3]);
+        assert_eq!(checker.next_offset("t0", 0), 3);
+        assert_eq!(checker.next_offset("t0", 1), 0);
+        assert_eq!(checker.next_offset("other", 0), 0);
+        observe_all(&mut checker, &records);
+        assert_eq!(
+            (checker.next_offset("t0", 0), checker.next_offset("t0", 1)),
+            (5, 5)
+        );
     }
 
     #[test]

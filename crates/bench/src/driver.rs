@@ -194,6 +194,11 @@ fn client_config(settings: &[(String, String)]) -> ClientConfig {
     config
 }
 
+/// The id of consumer group `g` of a repeat.
+pub fn group_id(run_id: &str, g: u32) -> String {
+    format!("sluice-bench-{run_id}-g{g}")
+}
+
 /// How consumers get their partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsumerMode {
@@ -297,7 +302,7 @@ impl Fleet {
             self.group_consumed.push(consumed.clone());
             for c in 0..w.consumers {
                 let mut config = client_config(&settings);
-                config.set("group.id", format!("sluice-bench-{}-g{g}", self.run_id));
+                config.set("group.id", group_id(&self.run_id, g));
                 config.set("client.id", format!("sluice-bench-g{g}-c{c}"));
                 let consumer: BaseConsumer = config
                     .create()

@@ -9,6 +9,7 @@ use crate::checker::Checker;
 use crate::driver::{ConsumerMode, Fleet, Window, now_ns};
 use crate::machine::BrokerCpu;
 use crate::result::{DrainResult, ExploreResult, ExploreStep, Interval, RunResult};
+use crate::soak::{KillSchedule, OffsetWatch};
 use crate::stats;
 use crate::target::Target;
 use crate::workload::{Rate, Workload};
@@ -739,13 +740,25 @@ pub fn drain(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
 }
 
 /// `correctness`: every record checked; the brokers the benchmark started optionally SIGKILLed
-/// and restarted, one at a time, a different one each kill (round-robin).
+/// and restarted, one at a time, a different one each kill (round-robin), at even or (seeded)
+/// random moments. With `[correctness] group` the records are read through a consumer group,
+/// whose committed offsets are checked too ([`crate::soak`]).
 pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult, String> {
     let c = &w.correctness;
     if c.kills > 0 && ctx.brokers.as_deref().is_none_or(Brokers::is_empty) {
         return Err(
             "correctness with kills needs a broker the benchmark starts itself: pass --broker-cmd"
                 .into(),
+        );
+    }
+    let seed = c
+        .random_kills
+        .then(|| c.seed.unwrap_or_else(crate::soak::clock_seed));
+    let schedule = KillSchedule::new(c.kills, w.duration_s, seed);
+    if let Some(seed) = seed {
+        eprintln!(
+            "[{}] {} kills at random moments, seed {seed}",
+            ctx.tag, c.kills
         );
     }
     on_fresh_topics(ctx, w, |ctx, topics| {
@@ -757,7 +770,18 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
             &ctx.run_id,
             Some(checker.clone()),
         );
-        fleet.start_consumers(ConsumerMode::Assign, SETUP_TIMEOUT)?;
+        let mode = if c.group {
+            ConsumerMode::Groups
+        } else {
+            ConsumerMode::Assign
+        };
+        let mut offsets = if c.group {
+            let group = crate::driver::group_id(&ctx.run_id, 0);
+            Some(OffsetWatch::new(w, ctx.target, &group, topics)?)
+        } else {
+            None
+        };
+        fleet.start_consumers(mode, SETUP_TIMEOUT)?;
         fleet.start_producers()?;
         fleet.set_measure_window(0, u64::MAX);
         let target = w.target_rps();
@@ -766,21 +790,25 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         let started = Instant::now();
         fleet.set_rate(target);
         let mut intervals = Vec::new();
-        let slice = w.duration_s / f64::from(c.kills + 1);
         let mut kill_log = Vec::new();
         // One ticker throughout: intervals go on while a broker is down (phase `restart`).
         let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
-        for k in 0..=c.kills {
-            ticker.run_for(slice, "measure");
-            if k < c.kills {
+        for (k, gap_s) in schedule.gaps_s.iter().enumerate() {
+            ticker.run_for(*gap_s, "measure");
+            if k < c.kills as usize {
+                if let Some(watch) = offsets.as_mut() {
+                    watch.sample();
+                }
                 let brokers = ctx.brokers.as_deref_mut().expect("checked above");
                 let victim = brokers.next_victim();
                 if !ctx.quiet
                     && let Some(b) = brokers.get(victim)
                 {
                     eprintln!(
-                        "[{}] SIGKILL broker {victim} at {} (pid {})",
+                        "[{}] SIGKILL {}/{} broker {victim} at {} (pid {})",
                         ctx.tag,
+                        k + 1,
+                        c.kills,
                         b.address(),
                         b.pid().unwrap_or(0)
                     );
@@ -805,21 +833,31 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         let measured_s = started.elapsed().as_secs_f64();
         fleet.set_rate(Some(0.0));
         fleet.stop_producers(Duration::from_secs_f64(c.settle_timeout_s));
-        // Read everything up to the high watermarks, then until the stream is quiet.
-        let mut high = 0i64;
+        // Read every partition up to its high watermark, then until the stream is quiet.
+        let mut ends: Vec<(String, i32, i64)> = Vec::new();
         for topic in topics {
-            high += ctx
+            for (p, high) in ctx
                 .admin
                 .high_watermarks(topic, w.partitions)?
-                .iter()
-                .sum::<i64>();
+                .into_iter()
+                .enumerate()
+            {
+                ends.push((topic.clone(), p as i32, high));
+            }
         }
+        let high: i64 = ends.iter().map(|(_, _, h)| h).sum();
         let mut ticker = Ticker::new(&fleet, w.interval_s, &ctx.tag, ctx.quiet);
         let deadline = Instant::now() + Duration::from_secs_f64(c.settle_timeout_s);
         let fleet_ref = &fleet;
-        let read_all = ticker.run_until(deadline, "verify", || {
-            fleet_ref.consumed_slowest() as i64 >= high
-        });
+        let read_through = || {
+            let checker = checker.lock().unwrap_or_else(|p| p.into_inner());
+            ends.iter()
+                .map(|(t, p, h)| (checker.next_offset(t, *p).min(*h), h))
+                .fold((0i64, true), |(sum, all), (next, h)| {
+                    (sum + next, all && next >= *h)
+                })
+        };
+        let read_all = ticker.run_until(deadline, "verify", || read_through().1);
         let mut last = fleet.consumed_slowest();
         let mut quiet_since = Instant::now();
         ticker.run_until(deadline, "verify", || {
@@ -833,18 +871,30 @@ pub fn correctness(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<R
         intervals.append(&mut ticker.intervals);
         drop(ticker);
         fleet.stop_consumers();
+        if let Some(watch) = offsets.as_mut() {
+            watch.sample();
+        }
         fill_measured(&mut result, &fleet, w, measured_s, fleet.cpu_s() - cpu0);
-        result.intervals = intervals;
         let mut report = checker
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .report(kill_log.len() as u32);
+        report.recovery = crate::recovery::recovery(&intervals, &kill_log, c.full_fraction);
         report.kill_log = kill_log;
+        report.seed = schedule.seed;
+        report.group = c.group;
+        if let Some(tracker) = offsets.as_ref().map(OffsetWatch::tracker) {
+            report.offset_samples = tracker.samples;
+            report.offset_regressions = tracker.regressions;
+            report.examples.extend(tracker.examples.iter().cloned());
+            report.passed &= tracker.regressions == 0;
+        }
+        result.intervals = intervals;
         if !read_all {
             report.passed = false;
             report.examples.push(format!(
-                "read back {} records, fewer than the {high} below the high watermarks, within {} s",
-                fleet.consumed_slowest(),
+                "read back through offset {} of the {high} below the high watermarks, within {} s",
+                read_through().0,
                 c.settle_timeout_s
             ));
         }

@@ -439,9 +439,48 @@ pub struct CorrectnessReport {
     pub partitions: Vec<PartitionCheck>,
     /// Up to a few examples of each kind of fault, for the report.
     pub examples: Vec<String>,
-    /// No loss, no reordering, no corruption, and no duplicates when duplicates were not
-    /// allowed (non-idempotent producer).
+    /// No loss, no reordering, no corruption, no committed offset gone back, and no duplicates
+    /// when duplicates were not allowed (non-idempotent producer).
     pub passed: bool,
+    /// The seed the kill moments were drawn with (`random_kills`), to repeat a run.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Whether the records were read through a consumer group (`[correctness] group`).
+    #[serde(default)]
+    pub group: bool,
+    /// Committed offsets of that group read from the broker (one per partition per sample:
+    /// before every kill and at the end).
+    #[serde(default)]
+    pub offset_samples: u64,
+    /// Of those, how many were lower than one read earlier for the same partition: a commit
+    /// the broker had shown, gone after a restart.
+    #[serde(default)]
+    pub offset_regressions: u64,
+    /// How long after each kill throughput was back to full; `None` without kills.
+    #[serde(default)]
+    pub recovery: Option<Recovery>,
+}
+
+/// Time back to full throughput after each kill of a correctness run (see
+/// [`crate::recovery`] for how it is measured).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Recovery {
+    /// "Full": at least this share of the baselines below.
+    pub full_fraction: f64,
+    /// Median acknowledged records/s over the run's `measure` intervals (every broker up).
+    pub baseline_acked_rps: f64,
+    /// Median consumed records/s over the same intervals.
+    pub baseline_consumed_rps: f64,
+    /// Per kill, in order: seconds from the SIGKILL to the end of the first whole interval
+    /// after it with both rates at full; `None` when that did not happen before the next kill
+    /// (or the end of the load).
+    pub per_kill_s: Vec<Option<f64>>,
+    /// Over the kills that recovered: fastest, median, slowest.
+    pub min_s: Option<f64>,
+    pub median_s: Option<f64>,
+    pub max_s: Option<f64>,
+    /// Kills after which throughput was not back to full before the next kill.
+    pub not_recovered: u32,
 }
 
 /// One SIGKILL of a broker the benchmark started, and its restart.

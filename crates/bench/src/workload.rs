@@ -177,6 +177,19 @@ pub struct Correctness {
     pub restart_delay_s: f64,
     /// How long to wait for the last deliveries and reads after the run, seconds.
     pub settle_timeout_s: f64,
+    /// Read through a consumer group (subscribe, auto-committed offsets, rebalances after each
+    /// restart) instead of assigning every partition from the beginning; the group's committed
+    /// offsets are then checked too: they must never go back. Needs `consumer_groups = 1`.
+    pub group: bool,
+    /// Kill at random moments: the load before kill `k` lasts a uniformly drawn 0.5x to 1.5x of
+    /// the even share of `duration_s` (instead of exactly that share).
+    pub random_kills: bool,
+    /// Seed of `random_kills` (default: drawn from the clock, and printed, so a run can be
+    /// repeated).
+    pub seed: Option<u64>,
+    /// "Full throughput" after a restart: at least this share of the median per-interval
+    /// rate of the run's `measure` intervals (every broker up), acknowledged and consumed alike.
+    pub full_fraction: f64,
 }
 
 impl Default for Correctness {
@@ -185,6 +198,10 @@ impl Default for Correctness {
             kills: 0,
             restart_delay_s: 1.0,
             settle_timeout_s: 120.0,
+            group: false,
+            random_kills: false,
+            seed: None,
+            full_fraction: 0.9,
         }
     }
 }
@@ -528,6 +545,16 @@ impl Workload {
         }
         if self.consumers > 0 && self.consumer_groups == 0 {
             return Err(err("consumer_groups must be at least 1 when consumers > 0"));
+        }
+        let c = &self.correctness;
+        if c.group && (self.consumers == 0 || self.consumer_groups != 1) {
+            return Err(err(
+                "correctness.group = true reads through one consumer group: set consumers >= 1 \
+                 and consumer_groups = 1",
+            ));
+        }
+        if !(c.full_fraction > 0.0 && c.full_fraction <= 1.0) {
+            return Err(err("correctness.full_fraction must be in (0, 1]"));
         }
         if self.replication_factor < 1 {
             return Err(err("replication_factor must be at least 1"));

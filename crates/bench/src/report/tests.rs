@@ -576,6 +576,51 @@ fn summary_shows_spread_and_warnings() {
     assert!(summary.contains("correctness FAILED"));
 }
 
+#[test]
+fn correctness_report_lines() {
+    let mut c = correctness(true);
+    let lines = text::correctness_lines(&c);
+    assert_eq!(
+        lines,
+        vec![
+            "PASSED: acknowledged 2000, lost 0, duplicated 0, reordered 0, corrupted 0 (read back \
+             2000, of which never acknowledged 0)",
+            "3 kills: listening again after 1.2/1.2/1.2 s (min/median/max)",
+        ],
+        "{lines:#?}"
+    );
+    c.group = true;
+    c.offset_samples = 42;
+    c.offset_regressions = 1;
+    c.seed = Some(7);
+    c.kill_log[2].down_s = 3.0;
+    c.recovery = Some(Recovery {
+        full_fraction: 0.9,
+        baseline_acked_rps: 5000.0,
+        baseline_consumed_rps: 4990.0,
+        per_kill_s: vec![Some(2.0), None, Some(4.5)],
+        min_s: Some(2.0),
+        median_s: Some(3.25),
+        max_s: Some(4.5),
+        not_recovered: 1,
+    });
+    let lines = text::correctness_lines(&c);
+    assert_eq!(
+        lines[1..],
+        [
+            "read through a consumer group: 42 committed offsets read from the broker, 1 went back",
+            "3 kills at random moments (seed 7): listening again after 1.2/1.2/3.0 s \
+             (min/median/max)",
+            "full throughput (>= 90% of the median 5000 acked/s and 4990 consumed/s) again after \
+             2.0/3.2/4.5 s (min/median/max); not before the next kill: 1",
+        ],
+        "{lines:#?}"
+    );
+    let mut campaign = campaign("sluice", 10_000.0);
+    campaign.points[1].repeats[0].correctness = Some(c);
+    assert!(summary_text(&campaign).contains("p1 repeat 0: full throughput (>= 90%"));
+}
+
 /// A share-consumer outcome: 4 consumers, one idle, one killed, a couple of errors.
 fn share_result() -> ShareResult {
     let per_consumer = vec![1000, 3000, 0, 2000];

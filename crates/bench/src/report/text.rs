@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use super::metrics::{self, Metric, fmt_num, fmt_spread};
-use crate::result::{Campaign, Machine, PointResult};
+use crate::result::{Campaign, CorrectnessReport, Machine, PointResult};
+use crate::stats;
 
 /// Headline numbers the terminal summary shows (when present), fewer than the HTML report so
 /// that a line fits a wide terminal.
@@ -161,6 +162,16 @@ pub(crate) fn summary(campaign: &Campaign) -> String {
     }
     out.push_str(&table.render());
 
+    for point in &campaign.points {
+        for r in &point.repeats {
+            if let Some(c) = &r.correctness {
+                let at = format!("{} repeat {}", point.id, r.repeat);
+                for line in correctness_lines(c) {
+                    let _ = writeln!(out, "{at}: {line}");
+                }
+            }
+        }
+    }
     for note in repeat_notes(campaign) {
         let _ = writeln!(out, "{note}");
     }
@@ -168,6 +179,61 @@ pub(crate) fn summary(campaign: &Campaign) -> String {
         let _ = writeln!(out, "WARNING: {warning}");
     }
     out
+}
+
+/// The final report of one correctness repeat: every count the checker keeps, and for runs
+/// with kills, how long the brokers and the throughput took to come back (min/median/max).
+pub(crate) fn correctness_lines(c: &CorrectnessReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{}: acknowledged {}, lost {}, duplicated {}, reordered {}, corrupted {} (read back {}, \
+         of which never acknowledged {})",
+        if c.passed { "PASSED" } else { "FAILED" },
+        c.acked,
+        c.lost,
+        c.duplicated,
+        c.out_of_order,
+        c.corrupted,
+        c.seen,
+        c.unacked_present
+    )];
+    if c.group {
+        lines.push(format!(
+            "read through a consumer group: {} committed offsets read from the broker, {} went back",
+            c.offset_samples, c.offset_regressions
+        ));
+    }
+    if !c.kill_log.is_empty() {
+        let down: Vec<f64> = c.kill_log.iter().map(|k| k.down_s).collect();
+        let seed = c
+            .seed
+            .map_or_else(String::new, |s| format!(" at random moments (seed {s})"));
+        lines.push(format!(
+            "{} kills{seed}: listening again after {} s (min/median/max)",
+            c.kill_log.len(),
+            min_median_max(&down)
+        ));
+    }
+    if let Some(r) = &c.recovery {
+        let recovered: Vec<f64> = r.per_kill_s.iter().flatten().copied().collect();
+        lines.push(format!(
+            "full throughput (>= {:.0}% of the median {} acked/s and {} consumed/s) again after \
+             {} s (min/median/max); not before the next kill: {}",
+            r.full_fraction * 100.0,
+            fmt_num(r.baseline_acked_rps),
+            fmt_num(r.baseline_consumed_rps),
+            min_median_max(&recovered),
+            r.not_recovered
+        ));
+    }
+    lines
+}
+
+/// `min/median/max` of `values`, one decimal; `-` when empty.
+fn min_median_max(values: &[f64]) -> String {
+    match stats::spread(values) {
+        Some(s) => format!("{:.1}/{:.1}/{:.1}", s.min, s.median, s.max),
+        None => "-".to_owned(),
+    }
 }
 
 /// Per-repeat findings worth a line of their own (saturated load generator, failed records,
