@@ -28,7 +28,8 @@ APIS = [
     "LeaveGroup", "OffsetCommit", "OffsetFetch", "OffsetDelete", "ListGroups", "DescribeGroups",
     "DeleteGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "SaslHandshake",
     "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
-    "CreateAcls", "DescribeAcls", "DeleteAcls", "DescribeClientQuotas", "ShareGroupHeartbeat",
+    "CreateAcls", "DescribeAcls", "DeleteAcls", "DescribeClientQuotas", "AlterClientQuotas",
+    "ShareGroupHeartbeat",
     "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge", "DescribeShareGroupOffsets",
     "AlterShareGroupOffsets", "DeleteShareGroupOffsets",
 ]

@@ -18,8 +18,9 @@
 //! heartbeat, leave, commit; and READ on each committed topic), DESCRIBE (find, describe,
 //! fetch offsets) or DELETE on the group; InitProducerId IDEMPOTENT_WRITE on the cluster or
 //! WRITE on some topic (WRITE on the transactional id when it has one); the ACL APIs
-//! DESCRIBE or ALTER on the cluster, DescribeClientQuotas DESCRIBE_CONFIGS on it. ApiVersions,
-//! SaslHandshake, SaslAuthenticate and DescribeCluster need nothing.
+//! DESCRIBE or ALTER on the cluster, DescribeClientQuotas DESCRIBE_CONFIGS on it and
+//! AlterClientQuotas ALTER_CONFIGS. ApiVersions, SaslHandshake, SaslAuthenticate and
+//! DescribeCluster need nothing.
 
 use sluice_protocol::kafka_protocol::ResponseError;
 use sluice_protocol::kafka_protocol::messages::*;
@@ -678,6 +679,33 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
                 DescribeClientQuotasResponse::default()
                     .with_error_code(CLUSTER_DENIED)
                     .with_error_message(denied_message("DESCRIBE_CONFIGS on the cluster")),
+            ))
+        }
+        Rq::AlterClientQuotas(req) => {
+            if s.may_cluster(Op::AlterConfigs) {
+                return Gate::Pass(Rq::AlterClientQuotas(req), None);
+            }
+            let entries = req
+                .entries
+                .iter()
+                .map(|e| {
+                    alter_client_quotas_response::EntryData::default()
+                        .with_error_code(CLUSTER_DENIED)
+                        .with_error_message(denied_message("ALTER_CONFIGS on the cluster"))
+                        .with_entity(
+                            e.entity
+                                .iter()
+                                .map(|p| {
+                                    alter_client_quotas_response::EntityData::default()
+                                        .with_entity_type(p.entity_type.clone())
+                                        .with_entity_name(p.entity_name.clone())
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            Gate::Answer(ResponseKind::AlterClientQuotas(
+                AlterClientQuotasResponse::default().with_entries(entries),
             ))
         }
         Rq::CreateAcls(req) => {

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod producers;
 pub mod shared_files;
 pub mod storage;
+pub mod throttle;
 pub mod topics;
 
 use std::collections::BTreeMap;
@@ -100,6 +101,8 @@ pub struct Broker {
     file_records: std::sync::Mutex<()>,
     /// Cluster mode: the security files shared with the other brokers.
     shared_files: shared_files::SharedFiles,
+    /// Client quotas (`security/quotas.json`) and the usage they are measured against.
+    quotas: Arc<sluice_security::ClientQuotas>,
 }
 
 /// What a broker in cluster mode holds besides the single-broker parts.
@@ -183,6 +186,8 @@ pub enum OpenError {
     },
     #[error("cannot open the group store: {0}")]
     Groups(#[from] groups::StoreError),
+    #[error("cannot open the client quotas: {0}")]
+    Quotas(#[source] sluice_security::SecurityError),
 }
 
 impl Broker {
@@ -222,6 +227,7 @@ impl Broker {
                 source,
             })?;
         let groups = Self::open_groups(&config, &committer, &clock, &journal)?;
+        let quotas = Self::open_quotas(&config)?;
         Ok(Broker {
             topics: Arc::new(topics),
             committer,
@@ -237,6 +243,7 @@ impl Broker {
             authorizer: std::sync::OnceLock::new(),
             file_records: std::sync::Mutex::new(()),
             shared_files: shared_files::SharedFiles::default(),
+            quotas,
         })
     }
 
@@ -294,6 +301,7 @@ impl Broker {
             return Err(OpenError::Topics(e));
         }
         sync.start();
+        let quotas = Self::open_quotas(&config)?;
         Ok(Broker {
             topics,
             committer,
@@ -313,7 +321,20 @@ impl Broker {
             authorizer: std::sync::OnceLock::new(),
             file_records: std::sync::Mutex::new(()),
             shared_files: shared_files::SharedFiles::default(),
+            quotas,
         })
+    }
+
+    fn open_quotas(config: &BrokerConfig) -> Result<Arc<sluice_security::ClientQuotas>, OpenError> {
+        sluice_security::ClientQuotas::open(&config.data_dir)
+            .map(Arc::new)
+            .map_err(OpenError::Quotas)
+    }
+
+    /// The client quotas (`kafka-configs --entity-type users|clients`): the connection
+    /// throttles by them, DescribeClientQuotas and AlterClientQuotas read and change them.
+    pub fn quotas(&self) -> &Arc<sluice_security::ClientQuotas> {
+        &self.quotas
     }
 
     /// The group coordinator over a file in the data directory (made durable through
@@ -873,11 +894,10 @@ impl Broker {
                 ))
             }
             .boxed(),
-            // Sluice enforces no client quotas: there are none to describe.
-            RequestKind::DescribeClientQuotas(_) => ready(ResponseKind::DescribeClientQuotas(
-                sluice_protocol::kafka_protocol::messages::DescribeClientQuotasResponse::default()
-                    .with_entries(Some(Vec::new())),
+            RequestKind::DescribeClientQuotas(req) => ready(ResponseKind::DescribeClientQuotas(
+                handlers::quotas::describe(self, &req),
             )),
+            RequestKind::AlterClientQuotas(req) => handlers::quotas::alter(self, req),
             RequestKind::CreateAcls(req) => handlers::acls::create(self, req),
             RequestKind::DescribeAcls(req) => handlers::acls::describe(self, req),
             RequestKind::DeleteAcls(req) => handlers::acls::delete(self, req),

@@ -266,6 +266,7 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
         "SASL authentications on the Kafka listeners that failed (bad credentials, malformed exchanges).",
         m.listener.sasl_failures.load(Ordering::Relaxed),
     );
+    render_quotas(&mut out, broker);
 
     // Memory budget.
     let memory = broker.memory();
@@ -477,6 +478,51 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
 }
 
 /// `sluice_data_dir_full`, `sluice_data_dir_free_bytes`, `sluice_data_dir_no_space_errors_total`.
+/// The client quotas set (one sample per entity and key) and how often they throttled.
+fn render_quotas(out: &mut Text, broker: &Broker) {
+    let quotas = broker.quotas();
+    out.family(
+        "sluice_client_quota",
+        "gauge",
+        "Client quotas set (kafka-configs --entity-type users|clients), by entity and key: bytes per second for producer_byte_rate and consumer_byte_rate, percent of one thread for request_percentage.",
+    );
+    for (entity, values) in quotas.entries() {
+        let label = entity.label();
+        for (kind, value) in values {
+            out.sample(
+                "sluice_client_quota",
+                &[("entity", &label), ("key", kind.key())],
+                value,
+            );
+        }
+    }
+    let stats = quotas.throttle_stats();
+    out.family(
+        "sluice_client_quota_throttled_total",
+        "counter",
+        "Kafka requests that went over a client quota and throttled their client, by quota key.",
+    );
+    for (kind, count, _) in &stats {
+        out.sample(
+            "sluice_client_quota_throttled_total",
+            &[("key", kind.key())],
+            count,
+        );
+    }
+    out.family(
+        "sluice_client_quota_throttle_seconds_total",
+        "counter",
+        "Time clients were throttled for going over a client quota (the throttle_time_ms answered, summed), by quota key.",
+    );
+    for (kind, _, time) in &stats {
+        out.sample(
+            "sluice_client_quota_throttle_seconds_total",
+            &[("key", kind.key())],
+            time.as_secs_f64(),
+        );
+    }
+}
+
 fn render_data_dir_space(out: &mut Text, broker: &Broker) {
     let space = broker.data_dir_space();
     // A full directory's state may be stale if nothing has written since space came back:

@@ -208,22 +208,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await?
             .with_context(|| format!("opening data directory {}", data_dir.display()))?,
         );
-        // Object-storage mode: the users and ACLs go to the bucket with the rest of the
-        // metadata (those made before the first start, with `sluice user add`, included).
+        // Object-storage mode: the users, ACLs and client quotas go to the bucket with the
+        // rest of the metadata (those made before the first start, with `sluice user add`,
+        // included).
         let security_files = sasl
             .as_ref()
             .map(|s| s.users().store().path().to_owned())
             .into_iter()
             .chain(authorizer.as_ref().map(|a| a.path().to_owned()))
+            .chain(std::iter::once(broker.quotas().path().to_owned()))
             .filter(|path| path.exists());
         if backend.is_some() {
             for path in security_files {
                 let b = Arc::clone(&broker);
                 let durable = tokio::task::spawn_blocking(move || b.record_file(&path)).await?;
-                durable.await.context("recording the users and ACLs in the bucket")?;
+                durable.await.context("recording the users, ACLs and client quotas in the bucket")?;
             }
         }
-        // Cluster mode: the users and ACLs are PostgreSQL's, shared by every broker.
+        // Cluster mode: the users, ACLs and client quotas are PostgreSQL's, shared by every
+        // broker.
         if joined.is_some() {
             if let Some(sasl) = &sasl {
                 let users = Arc::clone(sasl.users());
@@ -241,10 +244,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     }),
                 );
             }
+            let quotas = Arc::clone(broker.quotas());
+            let path = quotas.path().to_owned();
+            broker.share_file(
+                &path,
+                Box::new(move || {
+                    if let Err(e) = quotas.reload() {
+                        tracing::error!(error = %e, "the shared client quotas do not load; keeping the current ones");
+                    }
+                }),
+            );
             broker
                 .sync_shared_files()
                 .await
-                .context("loading the users and ACLs from the metadata store")?;
+                .context("loading the users, ACLs and client quotas from the metadata store")?;
         }
         if let Some(authorizer) = authorizer {
             let acls = authorizer.snapshot().len();

@@ -44,8 +44,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
-    // No quotas: answered with none, so `kafka-configs --describe` of users and clients works.
     (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
     // ShareFetch/ShareAcknowledge v2 (KIP-1206 acquire modes, KIP-1222 renew) are `share_v2`'s:
     // the codec knows v1 only.
     (ApiKey::ShareGroupHeartbeat, 1, 1),

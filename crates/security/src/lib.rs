@@ -23,6 +23,8 @@
 //!   per user; passwords never stored).
 //! - [`acl`]: Kafka's ACL model with Kafka's wire codes, CreateAcls validation, binding
 //!   filters, and the [`Authorizer`] (index + super users + durable store).
+//! - [`quotas`]: [`ClientQuotas`], Kafka's client quotas (byte rates and request time per
+//!   user and client id) with their durable store and the usage they are measured against.
 //! - [`SecurityError`]: the one error enum; refusals carry the Kafka error code to answer.
 //!
 //! Nothing here reads the clock or draws randomness on its own: nonces, salts and the
@@ -34,6 +36,7 @@ pub mod acl;
 mod durable;
 mod error;
 pub mod plain;
+pub mod quotas;
 pub mod scram;
 pub mod users;
 
@@ -49,6 +52,9 @@ pub use error::{
     UNSUPPORTED_SASL_MECHANISM,
 };
 pub use plain::{PlainMessage, authenticate_plain, parse_plain};
+pub use quotas::{
+    ClientQuotas, QuotaEntity, QuotaError, QuotaFilter, QuotaKind, QuotaMatch, QuotaOp,
+};
 pub use scram::{
     CredentialInfo, CredentialSource, DEFAULT_ITERATIONS, FakeCredentials, ScramCredential,
     ScramMechanism, ScramServer, ScramState, ServerNonce,

@@ -54,7 +54,8 @@ use crate::sasl::{SaslSession, Step, Users};
 use crate::scram_admin;
 use crate::{ServerConfig, Shared};
 use sluice_security::acl::CLUSTER_NAME;
-use sluice_security::{AclOperation, ResourceType};
+use sluice_security::quotas::Resolved;
+use sluice_security::{AclOperation, QuotaKind, ResourceType};
 
 /// Bytes a connection reads at a time when no larger frame is under way. Small requests
 /// arrive many to a read; a larger frame gets a buffer of its own size once its size is known.
@@ -74,6 +75,9 @@ const CLASSIFY_BYTES: usize = frame::SIZE_PREFIX_BYTES + 2;
 struct Finished {
     response: Result<Option<Bytes>, ()>,
     memory: Reservation,
+    /// How long a client quota throttles the client after this response: the connection
+    /// reads nothing more until then (KIP-219).
+    throttle: Duration,
 }
 
 /// Why a connection ended, for the log.
@@ -249,6 +253,35 @@ pub(crate) struct Connection {
     pub closing: bool,
     /// This connection's place under the connection limits, freed when it ends.
     pub _slot: ConnectionSlot,
+    /// The client quotas that apply to this client, as last resolved (see [`Connection::quotas`]).
+    pub quotas: Option<QuotaCache>,
+    /// Set while a client quota throttles the client: nothing is read or started until then.
+    pub muted_until: Option<Instant>,
+}
+
+/// The client quotas resolved for a connection, and what they were resolved for.
+pub(crate) struct QuotaCache {
+    resolved: Resolved,
+    principal: Arc<str>,
+    client_id: String,
+}
+
+/// A request's handling, timed: the time spent polling it is the broker-thread time that
+/// `request_percentage` quotas count.
+struct Timed {
+    inner: BoxFuture<'static, Option<Response>>,
+    spent: Duration,
+}
+
+impl Future for Timed {
+    type Output = (Option<Response>, Duration);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let started = std::time::Instant::now();
+        let polled = self.inner.as_mut().poll(cx);
+        self.spent += started.elapsed();
+        polled.map(|out| (out, self.spent))
+    }
 }
 
 impl Connection {
@@ -347,7 +380,16 @@ impl Connection {
             // Start every whole frame while the in-flight limit allows; reserve memory for the
             // head frame as soon as its size and api key are known.
             let mut wants: Option<(usize, Class)> = None;
+            let muted = match self.muted_until {
+                Some(until) if Instant::now() < until => true,
+                Some(_) => {
+                    self.muted_until = None;
+                    false
+                }
+                None => false,
+            };
             while !self.closing
+                && !muted
                 && in_flight.len() + outq.len() < self.config.in_flight_per_connection
             {
                 let whole = match frame::check(&inbuf, self.config.max_request_bytes) {
@@ -396,7 +438,7 @@ impl Connection {
                 };
             }
             let room = in_flight.len() + outq.len() < self.config.in_flight_per_connection;
-            let can_read = !eof && !self.closing && room && wants.is_none();
+            let can_read = !eof && !self.closing && !muted && room && wants.is_none();
             // The request timer runs only while this side is willing to read.
             head_since = match (can_read && !inbuf.is_empty(), head_since) {
                 (true, Some(since)) => Some(since),
@@ -409,6 +451,7 @@ impl Connection {
                 head_since.map(|since| since + request_timeout),
                 writing.then(|| last_write + request_timeout),
                 idle.then(|| last_read.max(last_write) + idle_timeout),
+                self.muted_until,
             ]
             .into_iter()
             .flatten()
@@ -432,11 +475,13 @@ impl Connection {
                     if !writing {
                         last_write = Instant::now();
                     }
+                    self.mute(done.throttle);
                     if let Err(close) = queue(done, &mut outq) {
                         return close;
                     }
                     // Every other response already done goes out in the same write.
                     while let Some(Some(done)) = in_flight.next().now_or_never() {
+                        self.mute(done.throttle);
                         if let Err(close) = queue(done, &mut outq) {
                             return close;
                         }
@@ -521,6 +566,7 @@ impl Connection {
                     Finished {
                         response: Ok(response),
                         memory,
+                        throttle: Duration::ZERO,
                     }
                 }
                 .boxed(),
@@ -536,6 +582,7 @@ impl Connection {
                 let (api_key, version, correlation_id) =
                     (request.api_key, request.api_version, request.correlation_id);
                 let started = std::time::Instant::now();
+                let quotas = self.quotas(request.client_id.as_deref().unwrap_or(""));
                 let broker = Arc::clone(&self.broker);
                 // Started now, in arrival order (produce appends happen here).
                 let handling = match self.sasl.as_mut() {
@@ -623,11 +670,23 @@ impl Connection {
                             .handle_from(codec::Request { body, ..request }, &self.caller),
                     },
                 };
+                // The broker-thread time of starting it (produce appends happen here).
+                let started_in = started.elapsed();
                 in_flight.push_back(
                     async move {
-                        let response = match handling.await {
-                            None => Ok(None),
-                            Some(Response { body, memory: held }) => {
+                        let (handled, spent) = Timed { inner: handling, spent: started_in }.await;
+                        let mut throttle = Duration::ZERO;
+                        let response = match handled {
+                            None => {
+                                if let Some(quotas) = &quotas {
+                                    throttle = charge(&broker, quotas, api_key, total, None, spent);
+                                }
+                                Ok(None)
+                            }
+                            Some(Response { mut body, memory: held }) => {
+                                if let Some(quotas) = &quotas {
+                                    throttle = charge(&broker, quotas, api_key, total, Some(&mut body), spent);
+                                }
                                 let mut out = BytesMut::new();
                                 let encoded = codec::encode_response(&mut out, api_key, version, correlation_id, &body);
                                 drop(body);
@@ -647,7 +706,7 @@ impl Connection {
                         // From here on the response is all this request holds.
                         memory.resize(bytes_out);
                         broker.metrics().kafka_request(api_key as i16, started.elapsed(), total, bytes_out);
-                        Finished { response, memory }
+                        Finished { response, memory, throttle }
                     }
                     .boxed(),
                 );
@@ -670,7 +729,14 @@ impl Connection {
                         .as_ref()
                         .map_or(0, |r| r.as_ref().map_or(0, Bytes::len)),
                 );
-                in_flight.push_back(futures::future::ready(Finished { response, memory }).boxed());
+                in_flight.push_back(
+                    futures::future::ready(Finished {
+                        response,
+                        memory,
+                        throttle: Duration::ZERO,
+                    })
+                    .boxed(),
+                );
                 Ok(())
             }
             Err(e) => Err(Close::Malformed(e)),
@@ -679,6 +745,45 @@ impl Connection {
 }
 
 impl Connection {
+    /// The client quotas that apply to this connection's client when it sends `client_id`;
+    /// `None` when none do (and at once, without a lookup, while the broker has no quotas).
+    fn quotas(&mut self, client_id: &str) -> Option<Resolved> {
+        let quotas = self.broker.quotas();
+        let generation = quotas.generation();
+        if generation == 0 {
+            return None;
+        }
+        let current = self.quotas.as_ref().is_some_and(|c| {
+            c.resolved.generation == generation
+                && Arc::ptr_eq(&c.principal, &self.caller.principal)
+                && c.client_id == client_id
+        });
+        if !current {
+            let principal = Arc::clone(&self.caller.principal);
+            let user = principal.strip_prefix("User:").unwrap_or(&principal);
+            let resolved = quotas.resolve(user, client_id, std::time::Instant::now());
+            self.quotas = Some(QuotaCache {
+                resolved,
+                principal,
+                client_id: client_id.to_owned(),
+            });
+        }
+        self.quotas
+            .as_ref()
+            .map(|c| &c.resolved)
+            .filter(|r| r.any())
+            .cloned()
+    }
+
+    /// Stops reading for `throttle` (a client quota's), from now.
+    fn mute(&mut self, throttle: Duration) {
+        if throttle.is_zero() {
+            return;
+        }
+        let until = Instant::now() + throttle;
+        self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
+    }
+
     /// Applies a SASL step to the connection (principal, closing) and gives the future of
     /// its response, delayed by the failure backoff.
     fn sasl_step(&mut self, step: Step) -> BoxFuture<'static, Option<Response>> {
@@ -704,6 +809,56 @@ impl Connection {
             .boxed()
         }
     }
+}
+
+/// Counts a handled request against the client's quotas: its frame (`total` bytes) against
+/// `producer_byte_rate` for Produce, the record bytes of its response against
+/// `consumer_byte_rate` for Fetch and ShareFetch, the broker-thread time it took against
+/// `request_percentage`. Returns the longest throttle any of them gives, and sets it as the
+/// response's `throttle_time_ms`.
+fn charge(
+    broker: &Broker,
+    quotas: &Resolved,
+    api_key: ApiKey,
+    total: usize,
+    body: Option<&mut ResponseKind>,
+    spent: Duration,
+) -> Duration {
+    let now = std::time::Instant::now();
+    let mut throttle = Duration::ZERO;
+    let mut count = |kind: QuotaKind, amount: f64| {
+        if let Some(applied) = quotas.get(kind) {
+            let t = applied.record(now, amount);
+            if !t.is_zero() {
+                broker.quotas().throttled(kind, t);
+                throttle = throttle.max(t);
+            }
+        }
+    };
+    match api_key {
+        ApiKey::Produce => count(QuotaKind::ProducerByteRate, total as f64),
+        ApiKey::Fetch | ApiKey::ShareFetch => {
+            let bytes = body
+                .as_deref()
+                .map_or(0, sluice_broker::throttle::record_bytes);
+            count(QuotaKind::ConsumerByteRate, bytes as f64);
+        }
+        _ => {}
+    }
+    // Kafka exempts what a client needs to connect and authenticate.
+    if !matches!(
+        api_key,
+        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+    ) {
+        count(QuotaKind::RequestPercentage, spent.as_secs_f64() * 100.0);
+    }
+    if !throttle.is_zero()
+        && let Some(body) = body
+    {
+        let ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+        sluice_broker::throttle::set_throttle_time(body, ms);
+    }
+    throttle
 }
 
 /// Puts a finished request's response (if it has one) on the write queue.

@@ -250,6 +250,8 @@ pub async fn serve(
                                 users: endpoint.users.clone(),
                                 closing: false,
                                 _slot: slot,
+                                quotas: None,
+                                muted_until: None,
                             };
                             conn.run(transport, shutdown).await;
                             broker.connection_closed(connection);

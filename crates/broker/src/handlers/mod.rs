@@ -14,6 +14,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod quotas;
 pub mod share_group;
 
 use futures::{FutureExt, future::BoxFuture};

@@ -11,7 +11,8 @@
 // ListGroups 0-5; DescribeGroups 0-5; DeleteGroups 0-2; ConsumerGroupHeartbeat 0-1;
 // ConsumerGroupDescribe 0-0; SaslHandshake 0-1; SaslAuthenticate 0-2;
 // DescribeUserScramCredentials 0-0; AlterUserScramCredentials 0-0; CreateAcls 0-3;
-// DescribeAcls 0-3; DeleteAcls 0-3; DescribeClientQuotas 0-1; ShareGroupHeartbeat 1-1;
+// DescribeAcls 0-3; DeleteAcls 0-3; DescribeClientQuotas 0-1; AlterClientQuotas 0-1;
+// ShareGroupHeartbeat 1-1;
 // ShareGroupDescribe 1-1; ShareFetch 1-2; ShareAcknowledge 1-2; DescribeShareGroupOffsets 0-0;
 // AlterShareGroupOffsets 0-0; DeleteShareGroupOffsets 0-0;
 
@@ -956,6 +957,51 @@ static DELETE_ACLS_REQUEST_FIELDS: Struct = Struct {
     )],
 };
 
+static ALTER_CLIENT_QUOTAS_REQUEST_ENTITY_DATA: Struct = Struct {
+    name: "EntityData",
+    fields: &[
+        Field::new("entity_type", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("entity_name", Ty::One(Elem::Prim(String)), V(0, MAX)).nullable(),
+    ],
+};
+
+static ALTER_CLIENT_QUOTAS_REQUEST_OP_DATA: Struct = Struct {
+    name: "OpData",
+    fields: &[
+        Field::new("key", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("value", Ty::One(Elem::Prim(Float64)), V(0, MAX)),
+        Field::new("remove", Ty::One(Elem::Prim(Bool)), V(0, MAX)),
+    ],
+};
+
+static ALTER_CLIENT_QUOTAS_REQUEST_ENTRY_DATA: Struct = Struct {
+    name: "EntryData",
+    fields: &[
+        Field::new(
+            "entity",
+            Ty::Array(Elem::Struct(&ALTER_CLIENT_QUOTAS_REQUEST_ENTITY_DATA)),
+            V(0, MAX),
+        ),
+        Field::new(
+            "ops",
+            Ty::Array(Elem::Struct(&ALTER_CLIENT_QUOTAS_REQUEST_OP_DATA)),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static ALTER_CLIENT_QUOTAS_REQUEST_FIELDS: Struct = Struct {
+    name: "AlterClientQuotasRequest",
+    fields: &[
+        Field::new(
+            "entries",
+            Ty::Array(Elem::Struct(&ALTER_CLIENT_QUOTAS_REQUEST_ENTRY_DATA)),
+            V(0, MAX),
+        ),
+        Field::new("validate_only", Ty::One(Elem::Prim(Bool)), V(0, MAX)),
+    ],
+};
+
 static DESCRIBE_CLIENT_QUOTAS_REQUEST_COMPONENT_DATA: Struct = Struct {
     name: "ComponentData",
     fields: &[
@@ -1392,6 +1438,11 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 48,
         flexible: V(1, MAX),
         body: &DESCRIBE_CLIENT_QUOTAS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 49,
+        flexible: V(1, MAX),
+        body: &ALTER_CLIENT_QUOTAS_REQUEST_FIELDS,
     },
     Message {
         api_key: 76,

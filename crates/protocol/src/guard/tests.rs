@@ -113,6 +113,7 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
         ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
         ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
+        ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(Default::default()),
         ApiKey::ShareGroupHeartbeat => RequestKind::ShareGroupHeartbeat(Default::default()),
         ApiKey::ShareGroupDescribe => RequestKind::ShareGroupDescribe(Default::default()),
         ApiKey::ShareFetch => RequestKind::ShareFetch(Default::default()),
