@@ -1,23 +1,68 @@
 //! Injected disk faults: the seam through which tests make the log's writes, file creations and
-//! fdatasyncs fail the way a real disk does, without filling a real one.
+//! fdatasyncs fail the way a real disk does, without filling a real one, and through which a
+//! simulation cuts the power.
 //!
-//! A [`DiskFaults`] is passed to [`crate::PartitionLog::open_with`]; the log asks it before
-//! every segment write, index write, file creation and fdatasync. [`DiskFaults::none`] (what
-//! [`crate::PartitionLog::open`] uses) holds nothing and costs one branch per call.
+//! A [`DiskFaults`] is passed to [`crate::PartitionLog::open_with`]; the log tells it about
+//! every segment write, index write, truncation, file creation, fdatasync/fsync and directory
+//! fsync, naming the file (and, for a write, the position and the bytes). [`DiskFaults::none`]
+//! (what [`crate::PartitionLog::open`] uses) holds nothing and costs one branch per call: the
+//! real I/O then runs exactly as without the seam.
 //!
-//! The model of a full disk: [`DiskFaults::fill_after`] gives the disk a number of bytes of room
-//! left. A write that fits takes its bytes from it; a write that does not fit writes the part
-//! that fits (as `write(2)` does, returning a short count) and then fails with ENOSPC; once
-//! no room is left, creating files fails with ENOSPC too. Cutting a file back does not give room
-//! back (the tests free space explicitly with [`DiskFaults::free`]).
+//! ## A full disk
+//! [`DiskFaults::fill_after`] gives the disk a number of bytes of room left. A write that fits
+//! takes its bytes from it; a write that does not fit writes the part that fits (as `write(2)`
+//! does, returning a short count) and then fails with ENOSPC; once no room is left, creating
+//! files fails with ENOSPC too. Cutting a file back does not give room back (the tests free
+//! space explicitly with [`DiskFaults::free`]).
+//!
+//! ## Failing writes and syncs
+//! [`DiskFaults::fail_syncs`] fails every sync from now on; [`DiskFaults::fail_write_after`] and
+//! [`DiskFaults::fail_sync_after`] fail one chosen operation (the Nth write, the Nth sync,
+//! counted from the call), after which the disk works again: a log must still never retry a
+//! failed sync. A failed write may first write a prefix of its bytes (chosen by the plan's
+//! seeded generator), as a real one can.
+//!
+//! ## Power loss ([`DiskFaults::simulated`])
+//! A simulated plan also keeps, per file, the bytes as of its last successful sync (the
+//! *durable image*) and every write and truncation since, in order, with its bytes. Syncs then
+//! skip the real fdatasync (the model decides what is durable), so scenarios run at memory
+//! speed. [`DiskFaults::power_loss`], called once the log has been abandoned, rewrites each file
+//! as a disk could have left it: the durable image, then each later write kept, dropped (the
+//! range stays what it was, or reads as zeros past the old end), or torn (a prefix ending at an
+//! arbitrary byte, sometimes followed by garbage), each chosen on its own by a seeded generator,
+//! so a later write can survive an earlier one that did not (writeback does not keep order).
+//! Truncations since the last sync are kept or dropped the same way. A file created since its
+//! directory's last fsync may vanish altogether. After a failed sync of a file, no later sync
+//! makes anything of that file durable until the next boot (the kernel may have dropped the dirty
+//! pages and cleared the error: "fsyncgate"). What the model does not do: resurrect a file
+//! unlinked since the last directory fsync (every unlink in the log is followed by a directory
+//! fsync before anything depends on it), or lose metadata a sync did cover.
+//!
+//! [`DiskFaults::hold_syncs`] makes writeback stall: syncs asked for by other threads (the
+//! group-commit threads) wait until the power fails, while the holding thread's own syncs (a
+//! roll's seal) go through. That is how a simulation leaves appends deterministically unsynced
+//! at the moment of the power loss. After a power loss the plan is dead: every later operation
+//! through it fails with EIO and touches nothing, so an abandoned log cannot write into the
+//! files the model has just rewritten.
 
-use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, IoSlice};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 
 /// Faults to inject into one log's disk I/O (see the module doc). Cheap to clone; clones share
 /// the plan.
 #[derive(Debug, Clone, Default)]
-pub struct DiskFaults(Option<Arc<Mutex<Plan>>>);
+pub struct DiskFaults(Option<Arc<Shared>>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    plan: Mutex<Plan>,
+    /// Signalled when held syncs may go on (released, or the power failed).
+    released: Condvar,
+}
 
 #[derive(Debug, Default)]
 struct Plan {
@@ -27,6 +72,76 @@ struct Plan {
     creates_left: Option<u32>,
     /// The errno every fdatasync and fsync fails with, from now on.
     sync_errno: Option<i32>,
+    /// One write fails: `(writes to let through first, errno)`.
+    write_fault: Option<(u64, i32)>,
+    /// One sync (of a file or a directory) fails: `(syncs to let through first, errno)`.
+    sync_fault: Option<(u64, i32)>,
+    /// Chooses how much of a failing write lands.
+    rng: SplitMix64,
+    /// The power-loss model; `None` unless made with [`DiskFaults::simulated`].
+    sim: Option<Sim>,
+}
+
+/// What a simulated plan knows of the files (see the module doc, "Power loss").
+#[derive(Debug, Default)]
+struct Sim {
+    files: BTreeMap<PathBuf, FileModel>,
+    /// Syncs from threads other than this one wait (writeback stalls).
+    held_by: Option<ThreadId>,
+    /// Syncs waiting because of `held_by`.
+    waiting: usize,
+    /// The power failed: every operation fails and touches nothing.
+    dead: bool,
+}
+
+#[derive(Debug, Default)]
+struct FileModel {
+    /// The file's bytes as of its last successful sync (or when the model first saw it).
+    durable: Vec<u8>,
+    /// Writes and truncations since then, oldest first.
+    pending: Vec<Pending>,
+    /// Created since its directory was last fsynced: the entry itself may vanish.
+    entry_unsynced: bool,
+    /// A sync of this file failed: the kernel may have dropped its dirty pages and cleared the
+    /// error, so no later sync in this boot makes anything of it durable ("fsyncgate").
+    sync_failed: bool,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Write { pos: u64, data: Vec<u8> },
+    SetLen(u64),
+}
+
+impl Pending {
+    fn apply(&self, image: &mut Vec<u8>) {
+        match self {
+            Pending::Write { pos, data } => write_into(image, *pos, data),
+            Pending::SetLen(len) => image.resize(*len as usize, 0),
+        }
+    }
+}
+
+fn write_into(image: &mut Vec<u8>, pos: u64, data: &[u8]) {
+    let pos = pos as usize;
+    if image.len() < pos + data.len() {
+        image.resize(pos + data.len(), 0);
+    }
+    image[pos..pos + data.len()].copy_from_slice(data);
+}
+
+/// What [`DiskFaults::power_loss`] did to the files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PowerLoss {
+    /// Files that had unsynced writes or truncations, or an unsynced directory entry.
+    pub files_at_risk: usize,
+    /// Files whose directory entry vanished.
+    pub files_vanished: usize,
+    pub writes_kept: usize,
+    pub writes_dropped: usize,
+    pub writes_torn: usize,
+    pub truncations_kept: usize,
+    pub truncations_dropped: usize,
 }
 
 /// How much of a write the plan lets through.
@@ -38,15 +153,31 @@ pub(crate) enum Allowance {
     Partial { bytes: u64, error: io::Error },
 }
 
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(libc::EIO)
+}
+
 impl DiskFaults {
     /// No faults, ever (what a production log uses).
     pub fn none() -> DiskFaults {
         DiskFaults(None)
     }
 
-    /// A plan with no faults yet; arm it with the methods below.
+    /// A plan with no faults yet; arm it with the methods below. Syncs are real.
     pub fn new() -> DiskFaults {
-        DiskFaults(Some(Arc::new(Mutex::new(Plan::default()))))
+        DiskFaults(Some(Arc::new(Shared::default())))
+    }
+
+    /// A plan with the power-loss model (see the module doc): it records every write since each
+    /// file's last sync, syncs skip the real fdatasync, and [`DiskFaults::power_loss`] applies
+    /// a crash. `seed` drives the plan's own choices (how much of a failing write lands).
+    pub fn simulated(seed: u64) -> DiskFaults {
+        let faults = DiskFaults::new();
+        faults.with(|p| {
+            p.rng = SplitMix64::new(seed);
+            p.sim = Some(Sim::default());
+        });
+        faults
     }
 
     /// The disk has room for `bytes` more bytes of writes; after that, writes fail with
@@ -79,56 +210,422 @@ impl DiskFaults {
         self.with(|p| p.sync_errno = None);
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Plan) -> T) -> Option<T> {
-        let plan = self.0.as_ref()?;
-        Some(f(&mut plan.lock().unwrap_or_else(PoisonError::into_inner)))
+    /// After `n` more writes (segment or index) succeed, the next one fails with `errno`,
+    /// having written a prefix of its bytes first (any length, from nothing to all but one
+    /// byte); later writes succeed again.
+    pub fn fail_write_after(&self, n: u64, errno: i32) {
+        self.with(|p| p.write_fault = Some((n, errno)));
     }
 
-    /// Takes `bytes` of room for a write.
-    pub(crate) fn write(&self, bytes: u64) -> Allowance {
-        self.with(|p| match &mut p.room_bytes {
-            None => Allowance::All,
-            Some(room) if *room >= bytes => {
-                *room -= bytes;
-                Allowance::All
-            }
-            Some(room) => {
-                let fits = std::mem::take(room);
-                Allowance::Partial {
-                    bytes: fits,
-                    error: io::Error::from_raw_os_error(libc::ENOSPC),
-                }
-            }
-        })
-        .unwrap_or(Allowance::All)
+    /// After `n` more syncs (fdatasync or fsync of a file or a directory) succeed, the next one
+    /// fails with `errno`; later ones succeed again.
+    pub fn fail_sync_after(&self, n: u64, errno: i32) {
+        self.with(|p| p.sync_fault = Some((n, errno)));
     }
 
-    /// Whether a file may be created now.
-    pub(crate) fn create(&self) -> io::Result<()> {
-        let allowed = self.with(|p| {
-            if p.room_bytes == Some(0) {
-                return false;
-            }
-            match &mut p.creates_left {
-                None => true,
-                Some(0) => false,
-                Some(n) => {
-                    *n -= 1;
-                    true
-                }
+    /// Writeback stalls: from now on, syncs asked for by any thread but the caller wait until
+    /// [`DiskFaults::release_syncs`] or the power fails (then they fail with EIO). The caller's
+    /// own syncs go through. Simulated plans only.
+    pub fn hold_syncs(&self) {
+        let me = std::thread::current().id();
+        self.with(|p| {
+            if let Some(sim) = &mut p.sim {
+                sim.held_by = Some(me);
             }
         });
-        match allowed {
-            Some(false) => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
-            _ => Ok(()),
+    }
+
+    /// How many syncs are waiting because of [`DiskFaults::hold_syncs`].
+    pub fn held_syncs(&self) -> usize {
+        self.with(|p| p.sim.as_ref().map_or(0, |s| s.waiting))
+            .unwrap_or(0)
+    }
+
+    /// Held syncs go on.
+    pub fn release_syncs(&self) {
+        self.with(|p| {
+            if let Some(sim) = &mut p.sim {
+                sim.held_by = None;
+            }
+        });
+        if let Some(shared) = &self.0 {
+            shared.released.notify_all();
         }
     }
 
-    /// Whether an fdatasync or fsync may succeed now.
-    pub(crate) fn sync(&self) -> io::Result<()> {
-        match self.with(|p| p.sync_errno).flatten() {
-            Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+    /// Cuts the power: every later operation through this plan fails with EIO without touching
+    /// the disk, held syncs fail, and each file the plan saw is rewritten as the disk could
+    /// have left it (see the module doc), choices drawn from `seed`. Call it once the log is
+    /// dropped or abandoned, and open the next log with a new plan. Simulated plans only.
+    pub fn power_loss(&self, seed: u64) -> io::Result<PowerLoss> {
+        let Some(shared) = &self.0 else {
+            return Err(io::Error::other("power_loss needs DiskFaults::simulated"));
+        };
+        let files = {
+            let mut plan = shared.lock();
+            let Some(sim) = &mut plan.sim else {
+                return Err(io::Error::other("power_loss needs DiskFaults::simulated"));
+            };
+            sim.dead = true;
+            std::mem::take(&mut sim.files)
+        };
+        shared.released.notify_all();
+        let mut rng = SplitMix64::new(seed);
+        // How likely each unsynced write is to survive whole, per power loss: sometimes none,
+        // sometimes all, mostly a mix.
+        let keep_percent = [0, 25, 50, 75, 100][rng.below(5) as usize];
+        let mut report = PowerLoss::default();
+        for (path, file) in files {
+            if file.pending.is_empty() && !file.entry_unsynced {
+                continue;
+            }
+            // Unlinked since: unlinks are durable at once in this model.
+            if fs::symlink_metadata(&path).is_err() {
+                continue;
+            }
+            report.files_at_risk += 1;
+            if file.entry_unsynced && rng.below(3) == 0 {
+                fs::remove_file(&path)?;
+                report.files_vanished += 1;
+                continue;
+            }
+            let mut image = file.durable;
+            for op in &file.pending {
+                match op {
+                    Pending::SetLen(_) => {
+                        if rng.below(2) == 0 {
+                            op.apply(&mut image);
+                            report.truncations_kept += 1;
+                        } else {
+                            report.truncations_dropped += 1;
+                        }
+                    }
+                    Pending::Write { pos, data } => {
+                        let roll = rng.below(100);
+                        if roll < keep_percent {
+                            op.apply(&mut image);
+                            report.writes_kept += 1;
+                        } else if roll.is_multiple_of(2) || data.is_empty() {
+                            report.writes_dropped += 1;
+                        } else {
+                            // Torn: a prefix reached the disk, and the rest of the range may
+                            // hold whatever the device left there.
+                            let keep = rng.below(data.len() as u64) as usize;
+                            write_into(&mut image, *pos, &data[..keep]);
+                            if rng.below(2) == 0 {
+                                let garbage_len = 1 + rng.below((data.len() - keep) as u64);
+                                let garbage: Vec<u8> =
+                                    (0..garbage_len).map(|_| rng.next_u64() as u8).collect();
+                                write_into(&mut image, *pos + keep as u64, &garbage);
+                            }
+                            report.writes_torn += 1;
+                        }
+                    }
+                }
+            }
+            fs::write(&path, &image)?;
+        }
+        Ok(report)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Plan) -> T) -> Option<T> {
+        let shared = self.0.as_ref()?;
+        Some(f(&mut shared.lock()))
+    }
+
+    /// Whether this is [`DiskFaults::none`] (callers skip work only the seam needs).
+    pub(crate) fn is_none(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Asks to write `parts` at `pos` of `path`: how much of it may land. In a simulated plan the
+    /// bytes allowed are recorded as unsynced.
+    pub(crate) fn write(&self, path: &Path, pos: u64, parts: &[IoSlice<'_>]) -> Allowance {
+        let Some(shared) = &self.0 else {
+            return Allowance::All;
+        };
+        shared.lock().write(path, pos, parts)
+    }
+
+    /// Reports that `path` was cut (or extended) to `len` bytes.
+    pub(crate) fn truncated(&self, path: &Path, len: u64) {
+        self.with(|p| {
+            if let Some(sim) = &mut p.sim
+                && !sim.dead
+            {
+                sim.track(path).pending.push(Pending::SetLen(len));
+            }
+        });
+    }
+
+    /// Whether the file `path` may be created now (it is, right after).
+    pub(crate) fn create(&self, path: &Path) -> io::Result<()> {
+        let Some(shared) = &self.0 else {
+            return Ok(());
+        };
+        let mut plan = shared.lock();
+        if plan.sim.as_ref().is_some_and(|s| s.dead) {
+            return Err(eio());
+        }
+        let allowed = {
+            if plan.room_bytes == Some(0) {
+                false
+            } else {
+                match &mut plan.creates_left {
+                    None => true,
+                    Some(0) => false,
+                    Some(n) => {
+                        *n -= 1;
+                        true
+                    }
+                }
+            }
+        };
+        if !allowed {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        if let Some(sim) = &mut plan.sim {
+            sim.creating(path);
+        }
+        Ok(())
+    }
+
+    /// Reports that `path` is about to be created by a path that never fails for want of space
+    /// in this model (the clean-shutdown marker).
+    pub(crate) fn creating(&self, path: &Path) {
+        self.with(|p| {
+            if let Some(sim) = &mut p.sim {
+                sim.creating(path);
+            }
+        });
+    }
+
+    /// fdatasyncs or fsyncs the file `path` with `real`, unless the plan fails it first. A
+    /// simulated plan records the file as durable instead of calling `real`.
+    pub(crate) fn sync(
+        &self,
+        path: &Path,
+        real: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Some(shared) = &self.0 else {
+            return real();
+        };
+        let plan = shared.lock();
+        // What a stalled sync covers is what was written when it was asked for.
+        let seen = plan
+            .sim
+            .as_ref()
+            .and_then(|s| s.files.get(path))
+            .map_or(0, |f| f.pending.len());
+        let mut plan = shared.wait_unless_held(plan)?;
+        if let Err(e) = plan.sync_fault() {
+            if let Some(sim) = &mut plan.sim {
+                sim.track(path).sync_failed = true;
+            }
+            return Err(e);
+        }
+        match &mut plan.sim {
+            Some(sim) => {
+                sim.synced(path, seen);
+                Ok(())
+            }
+            None => {
+                drop(plan);
+                real()
+            }
+        }
+    }
+
+    /// fsyncs the directory `dir` with `real`, unless the plan fails it first. A simulated plan
+    /// records the entries of files created in it as durable instead of calling `real`.
+    pub(crate) fn sync_dir(
+        &self,
+        dir: &Path,
+        real: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Some(shared) = &self.0 else {
+            return real();
+        };
+        let plan = shared.lock();
+        let mut plan = shared.wait_unless_held(plan)?;
+        plan.sync_fault()?;
+        match &mut plan.sim {
+            Some(sim) => {
+                for (path, file) in &mut sim.files {
+                    if path.parent() == Some(dir) {
+                        file.entry_unsynced = false;
+                    }
+                }
+                Ok(())
+            }
+            None => {
+                drop(plan);
+                real()
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Plan> {
+        self.plan.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits while syncs are held by another thread; fails once the power is gone.
+    fn wait_unless_held<'a>(
+        &'a self,
+        mut plan: MutexGuard<'a, Plan>,
+    ) -> io::Result<MutexGuard<'a, Plan>> {
+        let me = std::thread::current().id();
+        loop {
+            match &plan.sim {
+                Some(sim) if sim.dead => return Err(eio()),
+                Some(sim) if sim.held_by.is_some_and(|t| t != me) => {
+                    plan.sim.as_mut().expect("simulated").waiting += 1;
+                    plan = self
+                        .released
+                        .wait(plan)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    plan.sim.as_mut().expect("simulated").waiting -= 1;
+                }
+                _ => return Ok(plan),
+            }
+        }
+    }
+}
+
+impl Plan {
+    fn write(&mut self, path: &Path, pos: u64, parts: &[IoSlice<'_>]) -> Allowance {
+        if self.sim.as_ref().is_some_and(|s| s.dead) {
+            return Allowance::Partial {
+                bytes: 0,
+                error: eio(),
+            };
+        }
+        let total: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let mut allowance = match &mut self.room_bytes {
+            None => Allowance::All,
+            Some(room) if *room >= total => {
+                *room -= total;
+                Allowance::All
+            }
+            Some(room) => Allowance::Partial {
+                bytes: std::mem::take(room),
+                error: io::Error::from_raw_os_error(libc::ENOSPC),
+            },
+        };
+        match &mut self.write_fault {
+            Some((0, errno)) => {
+                let fits = match &allowance {
+                    Allowance::All => total,
+                    Allowance::Partial { bytes, .. } => *bytes,
+                };
+                allowance = Allowance::Partial {
+                    bytes: self.rng.below(fits.max(1)).min(fits),
+                    error: io::Error::from_raw_os_error(*errno),
+                };
+                self.write_fault = None;
+            }
+            Some((n, _)) => *n -= 1,
+            None => {}
+        }
+        if let Some(sim) = &mut self.sim {
+            let landed = match &allowance {
+                Allowance::All => total,
+                Allowance::Partial { bytes, .. } => *bytes,
+            } as usize;
+            let mut data = Vec::with_capacity(landed);
+            for part in parts {
+                let take = (landed - data.len()).min(part.len());
+                data.extend_from_slice(&part[..take]);
+            }
+            sim.track(path).pending.push(Pending::Write { pos, data });
+        }
+        allowance
+    }
+
+    /// The error a sync fails with now, if any (counting down a one-shot fault).
+    fn sync_fault(&mut self) -> io::Result<()> {
+        if let Some(errno) = self.sync_errno {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        match &mut self.sync_fault {
+            Some((0, errno)) => {
+                let errno = *errno;
+                self.sync_fault = None;
+                Err(io::Error::from_raw_os_error(errno))
+            }
+            Some((n, _)) => {
+                *n -= 1;
+                Ok(())
+            }
             None => Ok(()),
         }
+    }
+}
+
+impl Sim {
+    /// The model of `path`, starting from its current bytes if the model has not seen it yet
+    /// (a file from before this plan: its bytes are taken as durable).
+    fn track(&mut self, path: &Path) -> &mut FileModel {
+        self.files
+            .entry(path.to_path_buf())
+            .or_insert_with(|| FileModel {
+                durable: fs::read(path).unwrap_or_default(),
+                ..FileModel::default()
+            })
+    }
+
+    /// `path` is about to be created: a new file starts empty with an unsynced entry; creating
+    /// a file that exists (opening it to truncate) is tracked like any other.
+    fn creating(&mut self, path: &Path) {
+        if fs::symlink_metadata(path).is_err() {
+            self.files.insert(
+                path.to_path_buf(),
+                FileModel {
+                    entry_unsynced: true,
+                    ..FileModel::default()
+                },
+            );
+        } else {
+            self.track(path);
+        }
+    }
+
+    /// A sync of `path` succeeded: its first `seen` pending changes are durable.
+    fn synced(&mut self, path: &Path, seen: usize) {
+        let Some(file) = self.files.get_mut(path) else {
+            return;
+        };
+        if file.sync_failed {
+            return;
+        }
+        let seen = seen.min(file.pending.len());
+        for op in file.pending.drain(..seen) {
+            op.apply(&mut file.durable);
+        }
+    }
+}
+
+/// A small seeded generator (splitmix64): deterministic, good enough for choosing faults.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
     }
 }

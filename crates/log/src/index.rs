@@ -113,7 +113,7 @@ impl<E: Entry> SparseIndex<E> {
     /// A new, empty active index; creates (or empties) its file.
     pub fn create(path: PathBuf, faults: DiskFaults) -> Result<Self> {
         faults
-            .create()
+            .create(&path)
             .map_err(|e| LogError::write("create index", &path, e))?;
         Self::resume(path, 0, None, faults)
     }
@@ -141,6 +141,7 @@ impl<E: Entry> SparseIndex<E> {
         if current != len {
             file.set_len(len)
                 .map_err(|e| LogError::io("truncate index", &path, e))?;
+            faults.truncated(&path, len);
         }
         Ok(SparseIndex {
             path,
@@ -222,7 +223,8 @@ impl<E: Entry> SparseIndex<E> {
             for (slot, entry) in buf[..n].chunks_exact_mut(E::BYTES).zip(chunk) {
                 entry.encode(slot);
             }
-            let written = match self.faults.write(n as u64) {
+            let parts = [std::io::IoSlice::new(&buf[..n])];
+            let written = match self.faults.write(&self.path, at, &parts) {
                 Allowance::All => file.write_all_at(&buf[..n], at),
                 Allowance::Partial { bytes, error } => file
                     .write_all_at(&buf[..bytes as usize], at)
@@ -232,7 +234,9 @@ impl<E: Entry> SparseIndex<E> {
                 // Best effort: a partial entry past `flushed` is harmless (lookups read only
                 // `flushed` entries, recovery ignores a partial one), but a clean file is
                 // easier to reason about.
-                let _ = file.set_len(start);
+                if file.set_len(start).is_ok() {
+                    self.faults.truncated(&self.path, start);
+                }
                 return Err(LogError::write("write index", &self.path, e));
             }
             at += n as u64;
@@ -249,8 +253,7 @@ impl<E: Entry> SparseIndex<E> {
         self.flush()?;
         if let Some(file) = &self.file {
             self.faults
-                .sync()
-                .and_then(|()| file.sync_data())
+                .sync(&self.path, || file.sync_data())
                 .map_err(|e| LogError::io("fsync index", &self.path, e))?;
         }
         Ok(())

@@ -29,9 +29,11 @@
 //!   recovery). After a failed fdatasync the kernel may have dropped the dirty pages and cleared
 //!   the error, so a second fdatasync could return success for data that is no longer anywhere:
 //!   retrying would acknowledge lost data. Other write errors than a full disk (EIO from a
-//!   write) are treated the same way. Reads keep working for everything that was durable
-//!   before the failure (below the high watermark): those bytes were on disk when their
-//!   fdatasync succeeded, and readers never go past the high watermark.
+//!   write) are treated the same way. Nothing is published after a failure, not even by an
+//!   fdatasync that was already running and then succeeded: it may have succeeded only because
+//!   the failing one had already taken the error. Reads keep working for everything that was
+//!   durable before the failure (below the high watermark): those bytes were on disk when
+//!   their fdatasync succeeded, and readers never go past the high watermark.
 
 use std::collections::VecDeque;
 use std::fs;
@@ -469,7 +471,7 @@ impl PartitionLog {
             for base in deleted {
                 recovery::delete_segment_files(&self.shared.dir, base)?;
             }
-            recovery::sync_dir(&self.shared.dir)?;
+            recovery::sync_dir(&self.shared.dir, &self.shared.faults)?;
             tracing::info!(
                 partition = %self.shared.dir.display(),
                 segments = outcome.deleted_segments,
@@ -504,12 +506,15 @@ impl PartitionLog {
         // On a full disk the index tails may not fit: then there is no clean-shutdown marker
         // and the next open rebuilds the indexes (the data itself is synced first).
         st.active_mut().sync_for_close()?;
+        self.shared.check_not_failed()?;
         self.shared.publish(&mut st, point);
         let marker = self.shared.dir.join(CLEAN_SHUTDOWN_MARKER);
+        let faults = &self.shared.faults;
+        faults.creating(&marker);
         fs::File::create(&marker)
-            .and_then(|f| f.sync_all())
+            .and_then(|f| faults.sync(&marker, || f.sync_all()))
             .map_err(|e| LogError::io("write marker", &marker, e))?;
-        recovery::sync_dir(&self.shared.dir)
+        recovery::sync_dir(&self.shared.dir, faults)
     }
 
     /// Marks the log deleted without touching its files (the caller removes them, e.g. a whole
@@ -531,7 +536,7 @@ impl PartitionLog {
             Err(e) => return Err(LogError::io("delete partition dir", dir, e)),
         }
         if let Some(parent) = dir.parent() {
-            recovery::sync_dir(parent)?;
+            recovery::sync_dir(parent, &self.shared.faults)?;
         }
         Ok(())
     }
@@ -605,6 +610,9 @@ impl PartitionLog {
             0
         };
         active.prepare_seal()?;
+        // A sync round of the same file may have failed meanwhile; then this fdatasync's
+        // success may only mean the error was reported there (see `sync_active`).
+        self.shared.check_not_failed()?;
         let stats = self.shared.commit.stats();
         stats.fdatasyncs.fetch_add(1, Ordering::Relaxed);
         stats.bytes_synced.fetch_add(unsynced, Ordering::Relaxed);
@@ -622,7 +630,7 @@ impl PartitionLog {
             Ok(segment) => segment,
             Err(e) => {
                 recovery::delete_segment_files(dir, next)
-                    .and_then(|()| recovery::sync_dir(dir))
+                    .and_then(|()| recovery::sync_dir(dir, &self.shared.faults))
                     .map_err(|cleanup| {
                         tracing::error!(partition = %dir.display(), error = %e, cleanup = %cleanup, "could not remove a half-created segment");
                         cleanup
@@ -630,7 +638,7 @@ impl PartitionLog {
                 return Err(e);
             }
         };
-        recovery::sync_dir(dir)?;
+        recovery::sync_dir(dir, &self.shared.faults)?;
         st.active_mut().finish_seal();
         st.segments.push_back(segment);
         self.shared.publish(
@@ -652,9 +660,24 @@ impl PartitionShared {
         self.state.lock().expect("partition state poisoned")
     }
 
+    /// `Err(Failed)` if the partition has failed. After an fdatasync that succeeded: a failed
+    /// fdatasync of the same file may have cleared the error in the kernel with the pages gone,
+    /// so a success that comes after a failure proves nothing ("fsyncgate"). (A failure whose
+    /// fdatasync returned just before this one but is not recorded yet is missed: the window is
+    /// the few instructions between a sync round's error and `fail`.)
+    fn check_not_failed(&self) -> Result<()> {
+        match self.failed.get() {
+            None => Ok(()),
+            Some(err) => Err(LogError::Failed {
+                path: self.dir.clone(),
+                source: Arc::clone(err),
+            }),
+        }
+    }
+
     /// fdatasyncs the active segment and publishes how far it got.
     fn sync_active(&self, stats: &CommitStats) {
-        let (file, point) = {
+        let (file, path, point) = {
             let st = self.lock();
             if st.closed || self.failed.get().is_some() {
                 return;
@@ -668,29 +691,41 @@ impl PartitionShared {
             if point.offset <= st.durable.offset {
                 return;
             }
-            (Arc::clone(&active.file), point)
+            // The path only for the fault seam: a production round allocates nothing.
+            let path = (!self.faults.is_none()).then(|| active.path.clone());
+            (Arc::clone(&active.file), path, point)
         };
         let started = Instant::now();
-        let result = self.faults.sync().and_then(|()| file.sync_data());
+        let result = match &path {
+            None => file.sync_data(),
+            Some(path) => self.faults.sync(path, || file.sync_data()),
+        };
         let micros = started.elapsed().as_micros() as u64;
         stats.record_fdatasync(micros);
-        match result {
-            Ok(()) => {
-                let mut st = self.lock();
-                let before = st.durable;
-                if point.segment_base == before.segment_base && point.position > before.position {
-                    // Counted before publishing, so a woken waiter sees the bytes counted.
-                    stats.record_bytes_synced(point.position - before.position);
-                }
-                self.publish(&mut st, point);
+        if let Err(e) = result {
+            if crate::error::is_no_space(&e) {
+                self.commit.space().no_space("fdatasync", &self.dir, &e);
             }
-            Err(e) => {
-                if crate::error::is_no_space(&e) {
-                    self.commit.space().no_space("fdatasync", &self.dir, &e);
-                }
-                self.fail(e);
-            }
+            // At once: a roll's or close's sync of the same file that succeeds after this one
+            // failed must see it (see `check_not_failed`).
+            self.fail(e);
+            return;
         }
+        let mut st = self.lock();
+        if self.failed.get().is_some() {
+            // The partition failed while this fdatasync ran: perhaps a roll's sync of the same
+            // file failed just before, and then this success may only mean the error was
+            // already reported there (the pages may be gone). Nothing is published after a
+            // failure; an append's or roll's failure is recorded under the state lock, so
+            // this check cannot miss one that came first.
+            return;
+        }
+        let before = st.durable;
+        if point.segment_base == before.segment_base && point.position > before.position {
+            // Counted before publishing, so a woken waiter sees the bytes counted.
+            stats.record_bytes_synced(point.position - before.position);
+        }
+        self.publish(&mut st, point);
     }
 
     /// Handles an append's (or roll's) error: a full disk is reported to the data directory's

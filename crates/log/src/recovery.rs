@@ -98,7 +98,7 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, faults: &DiskFaults) -> Re
     let created = !dir.exists();
     fs::create_dir_all(dir).map_err(|e| LogError::write("create partition dir", dir, e))?;
     if created && let Some(parent) = dir.parent() {
-        sync_dir(parent)?;
+        sync_dir(parent, faults)?;
     }
     let mut report = RecoveryReport::default();
     let marker = dir.join(CLEAN_SHUTDOWN_MARKER);
@@ -166,13 +166,13 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, faults: &DiskFaults) -> Re
     // Everything now in the newest segment becomes readable, so make it durable first: the
     // process that wrote it may have died before its last fdatasync.
     let last = segments.last().expect("at least one segment");
-    last.file
-        .sync_all()
+    faults
+        .sync(&last.path, || last.file.sync_all())
         .map_err(|e| LogError::io("fsync segment", &last.path, e))?;
     if report.clean_shutdown {
         fs::remove_file(&marker).map_err(|e| LogError::io("remove marker", &marker, e))?;
     }
-    sync_dir(dir)?;
+    sync_dir(dir, faults)?;
     report.segments = segments.len();
     for action in &report.actions {
         tracing::warn!(partition = %dir.display(), ?action, "recovery");
@@ -304,7 +304,8 @@ fn recover_segment(
         }
         seg.file
             .set_len(valid_end)
-            .and_then(|()| seg.file.sync_all())
+            .map(|()| faults.truncated(&path, valid_end))
+            .and_then(|()| faults.sync(&path, || seg.file.sync_all()))
             .map_err(|e| LogError::io("truncate segment", &path, e))?;
         report.actions.push(RecoveryAction::TruncatedTail {
             segment: path.clone(),
@@ -437,8 +438,8 @@ pub(crate) fn delete_segment_files(dir: &Path, base: i64) -> Result<()> {
 }
 
 /// fsyncs a directory, making creates, renames and deletes in it durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+pub(crate) fn sync_dir(dir: &Path, faults: &DiskFaults) -> Result<()> {
+    faults
+        .sync_dir(dir, || File::open(dir).and_then(|d| d.sync_all()))
         .map_err(|e| LogError::io("fsync directory", dir, e))
 }

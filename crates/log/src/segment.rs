@@ -108,7 +108,7 @@ impl Segment {
     pub fn create(dir: &Path, base_offset: i64, faults: DiskFaults) -> Result<Segment> {
         let path = dir.join(log_file_name(base_offset));
         let file = faults
-            .create()
+            .create(&path)
             .and_then(|()| {
                 OpenOptions::new()
                     .read(true)
@@ -221,6 +221,7 @@ impl Segment {
             self.file
                 .set_len(self.size)
                 .map_err(|e| LogError::write("cut back segment", &self.path, e))?;
+            self.faults.truncated(&self.path, self.size);
             self.uncut_tail = false;
         }
         Ok(())
@@ -281,7 +282,7 @@ impl Segment {
                 iov[2 * i] = IoSlice::new(&offsets[i]);
                 iov[2 * i + 1] = IoSlice::new(&data[start + 8..start + len]);
             }
-            match self.faults.write(chunk_bytes) {
+            match self.faults.write(&self.path, file_pos, &iov[..2 * n]) {
                 Allowance::All => pwritev_all(&self.file, &mut iov[..2 * n], file_pos)?,
                 Allowance::Partial { bytes, error } => {
                     write_prefix(&self.file, &iov[..2 * n], bytes, file_pos)?;
@@ -371,8 +372,7 @@ impl Segment {
     /// a failed fdatasync is never recoverable, whatever its errno.
     pub fn sync_data(&self) -> Result<()> {
         self.faults
-            .sync()
-            .and_then(|()| self.file.sync_data())
+            .sync(&self.path, || self.file.sync_data())
             .map_err(|e| LogError::io("fdatasync segment", &self.path, e))
     }
 
