@@ -147,7 +147,9 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
             {
                 let all = std::mem::take(&mut req.topic_data);
                 return Gate::Answer(ResponseKind::Produce(
-                    ProduceResponse::default().with_responses(produce_denied(all, TXN_DENIED)),
+                    ProduceResponse::default().with_responses(
+                        crate::handlers::produce::refuse_all(all, TXN_DENIED, None),
+                    ),
                 ));
             }
             let (ok, denied) = split(std::mem::take(&mut req.topic_data), |t| {
@@ -159,10 +161,12 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
             }
             if req.topic_data.is_empty() && req.acks != 0 {
                 return Gate::Answer(ResponseKind::Produce(
-                    ProduceResponse::default().with_responses(produce_denied(denied, TOPIC_DENIED)),
+                    ProduceResponse::default().with_responses(
+                        crate::handlers::produce::refuse_all(denied, TOPIC_DENIED, None),
+                    ),
                 ));
             }
-            let denied = produce_denied(denied, TOPIC_DENIED);
+            let denied = crate::handlers::produce::refuse_all(denied, TOPIC_DENIED, None);
             Gate::Pass(
                 Rq::Produce(req),
                 patch(move |r, _| {
@@ -913,33 +917,6 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
         // ApiVersions, the SASL exchange: needed before anyone is known.
         other => Gate::Pass(other, None),
     }
-}
-
-fn produce_denied(
-    topics: Vec<produce_request::TopicProduceData>,
-    code: i16,
-) -> Vec<produce_response::TopicProduceResponse> {
-    topics
-        .into_iter()
-        .map(|t| {
-            produce_response::TopicProduceResponse::default()
-                .with_partition_responses(
-                    t.partition_data
-                        .iter()
-                        .map(|p| {
-                            produce_response::PartitionProduceResponse::default()
-                                .with_index(p.index)
-                                .with_error_code(code)
-                                .with_base_offset(-1)
-                                .with_log_append_time_ms(-1)
-                                .with_log_start_offset(-1)
-                        })
-                        .collect(),
-                )
-                .with_topic_id(t.topic_id)
-                .with_name(t.name)
-        })
-        .collect()
 }
 
 /// Fetch: READ on each topic; a follower's fetch (replica id 0 or more) needs CLUSTER_ACTION,

@@ -331,6 +331,19 @@ impl Broker {
             .map_err(OpenError::Quotas)
     }
 
+    /// The answer to a Produce (with acks) that waited `waited` in the broker before it could
+    /// start, past its `timeout_ms`: its client has given up on it, so it is not appended
+    /// (REQUEST_TIMED_OUT for every partition) and costs nothing more. Counted in
+    /// `sluice_kafka_produce_expired_total`.
+    pub fn produce_expired(
+        &self,
+        req: sluice_protocol::kafka_protocol::messages::ProduceRequest,
+        waited: std::time::Duration,
+    ) -> ResponseKind {
+        self.metrics.produce_expired();
+        ResponseKind::Produce(handlers::produce::expired(req, waited))
+    }
+
     /// The client quotas (`kafka-configs --entity-type users|clients`): the connection
     /// throttles by them, DescribeClientQuotas and AlterClientQuotas read and change them.
     pub fn quotas(&self) -> &Arc<sluice_security::ClientQuotas> {

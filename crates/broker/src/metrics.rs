@@ -61,6 +61,8 @@ pub struct Metrics {
     kafka_bytes_out: AtomicU64,
     records_in: AtomicU64,
     records_out: AtomicU64,
+    /// Produce requests dropped because they waited past their timeout before they started.
+    produce_expired: AtomicU64,
     listener: ListenerMetrics,
 }
 
@@ -102,6 +104,7 @@ impl Default for Metrics {
             kafka_bytes_out: AtomicU64::new(0),
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            produce_expired: AtomicU64::new(0),
             listener: ListenerMetrics::default(),
         }
     }
@@ -126,6 +129,11 @@ impl Metrics {
             .fetch_add(bytes_in as u64, Ordering::Relaxed);
         self.kafka_bytes_out
             .fetch_add(bytes_out as u64, Ordering::Relaxed);
+    }
+
+    /// One Produce dropped unstarted: it waited past its `timeout_ms` in the broker.
+    pub fn produce_expired(&self) {
+        self.produce_expired.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A SASL authentication on a Kafka connection ended: `true` succeeded, `false` failed.
@@ -265,6 +273,12 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
         "counter",
         "SASL authentications on the Kafka listeners that failed (bad credentials, malformed exchanges).",
         m.listener.sasl_failures.load(Ordering::Relaxed),
+    );
+    out.single(
+        "sluice_kafka_produce_expired_total",
+        "counter",
+        "Produce requests answered REQUEST_TIMED_OUT without being appended: they waited in the broker (for memory, for a quota throttle, behind the connection's other requests) longer than their timeout_ms, so their client had given up on them.",
+        m.produce_expired.load(Ordering::Relaxed),
     );
     render_quotas(&mut out, broker);
 
@@ -908,6 +922,10 @@ mod tests {
             ("sluice_partition_size_bytes", "gauge"),
             ("sluice_consumer_group_lag", "gauge"),
             ("sluice_consumer_groups", "gauge"),
+            ("sluice_kafka_produce_expired_total", "counter"),
+            ("sluice_client_quota", "gauge"),
+            ("sluice_client_quota_throttled_total", "counter"),
+            ("sluice_client_quota_throttle_seconds_total", "counter"),
         ] {
             assert_eq!(types.get(name).map(String::as_str), Some(kind), "{name}");
             assert!(text.contains(&format!("# HELP {name} ")), "HELP of {name}");

@@ -368,6 +368,10 @@ impl Connection {
         let mut head: Option<Reservation> = None;
         // When this side started waiting for the rest of the head frame.
         let mut head_since: Option<Instant> = None;
+        // No earlier than the head frame's first byte was read (the time of that read, or of
+        // the frame becoming the head): how long a request waited here before it started is
+        // at least the time since.
+        let mut head_arrived: Option<Instant> = None;
         let mut in_flight: FuturesOrdered<BoxFuture<'static, Finished>> = FuturesOrdered::new();
         // Encoded responses not yet written, in order; the front may be partly written.
         let mut outq: VecDeque<(Bytes, Reservation)> = VecDeque::new();
@@ -421,7 +425,10 @@ impl Connection {
                     .split_to(total)
                     .freeze()
                     .slice(frame::SIZE_PREFIX_BYTES..);
-                if let Err(close) = self.start(frame, total, memory, &mut in_flight) {
+                let now = Instant::now();
+                let arrived = head_arrived.unwrap_or(now);
+                head_arrived = (!inbuf.is_empty()).then_some(now);
+                if let Err(close) = self.start(frame, total, memory, arrived, &mut in_flight) {
                     return close;
                 }
             }
@@ -497,7 +504,10 @@ impl Connection {
                 read = std::future::poll_fn(|cx| reader.poll_read_into(cx, &mut inbuf, read_wanted)), if can_read => {
                     match read {
                         Ok(0) => eof = true,
-                        Ok(_) => last_read = Instant::now(),
+                        Ok(_) => {
+                            last_read = Instant::now();
+                            head_arrived.get_or_insert(last_read);
+                        }
                         Err(e) => return Close::Io("read", e),
                     }
                 }
@@ -528,6 +538,7 @@ impl Connection {
         frame: Bytes,
         total: usize,
         mut memory: Reservation,
+        arrived: Instant,
         in_flight: &mut FuturesOrdered<BoxFuture<'static, Finished>>,
     ) -> Result<(), Close> {
         if let Some(sasl) = self.sasl.as_mut()
@@ -606,6 +617,22 @@ impl Connection {
                         _ => return Err(Close::Unauthenticated(api_key)),
                     },
                     _ => match (&self.users, request.body) {
+                        // Admission: a Produce that waited here past its timeout_ms (for
+                        // memory, a quota's throttle, or the connection's other requests) has
+                        // been given up on by its client, which retries it: appending it now
+                        // would be work for nobody (and under overload, work that keeps the
+                        // overload going). acks=0 has no timeout to pass.
+                        (_, RequestKind::Produce(req))
+                            if req.acks != 0
+                                && req.timeout_ms > 0
+                                && arrived.elapsed()
+                                    > Duration::from_millis(req.timeout_ms as u64) =>
+                        {
+                            let waited = arrived.elapsed();
+                            tracing::debug!(peer = %peer, client = ?self.client_id, waited_ms = waited.as_millis() as u64, timeout_ms = req.timeout_ms, "produce expired before it started; not appended");
+                            let body = self.broker.produce_expired(req, waited);
+                            futures::future::ready(Some(Response { body, memory: None })).boxed()
+                        }
                         // Without DESCRIBE (or ALTER) on the cluster, the broker answers
                         // CLUSTER_AUTHORIZATION_FAILED.
                         (Some(users), RequestKind::DescribeUserScramCredentials(ref req))

@@ -80,6 +80,52 @@ pub enum ProduceError {
     Log(#[from] LogError),
 }
 
+/// The answer that refuses every partition of `topics` with `code` (and `message`).
+pub fn refuse_all(
+    topics: Vec<sluice_protocol::kafka_protocol::messages::produce_request::TopicProduceData>,
+    code: i16,
+    message: Option<&str>,
+) -> Vec<TopicProduceResponse> {
+    topics
+        .into_iter()
+        .map(|t| {
+            TopicProduceResponse::default()
+                .with_partition_responses(
+                    t.partition_data
+                        .iter()
+                        .map(|p| {
+                            PartitionProduceResponse::default()
+                                .with_index(p.index)
+                                .with_error_code(code)
+                                .with_error_message(message.map(str_bytes))
+                                .with_base_offset(-1)
+                                .with_log_append_time_ms(-1)
+                                .with_log_start_offset(-1)
+                        })
+                        .collect(),
+                )
+                .with_topic_id(t.topic_id)
+                .with_name(t.name)
+        })
+        .collect()
+}
+
+/// The answer to a Produce that waited in the broker longer than its `timeout_ms` before it
+/// could start (its client has given up on it and will retry): REQUEST_TIMED_OUT for every
+/// partition, and nothing appended.
+pub fn expired(req: ProduceRequest, waited: std::time::Duration) -> ProduceResponse {
+    let message = format!(
+        "the request waited {} ms in the broker before it could start, past its timeout_ms of {}; nothing was appended",
+        waited.as_millis(),
+        req.timeout_ms
+    );
+    ProduceResponse::default().with_responses(refuse_all(
+        req.topic_data,
+        errors::REQUEST_TIMED_OUT,
+        Some(&message),
+    ))
+}
+
 /// Appends now; the returned future waits for durability and builds the response (`None` for
 /// acks=0).
 pub fn start(broker: &Broker, req: ProduceRequest) -> BoxFuture<'static, Option<ProduceResponse>> {
