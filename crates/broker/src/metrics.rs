@@ -415,6 +415,16 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
         "Partitions, over all topics.",
         rows.iter().map(|(_, p)| p.len() as u64).sum::<u64>(),
     );
+    out.single(
+        "sluice_partitions_failed",
+        "gauge",
+        "Partitions that refuse appends until the broker restarts: an fdatasync failed, so data written before it may be gone and is never acknowledged (the log names each one). Durable data stays readable.",
+        topics
+            .iter()
+            .flat_map(|t| t.partitions().into_iter())
+            .filter(|log| log.failed())
+            .count(),
+    );
     type Column = fn(&PartitionRow) -> i64;
     let columns: [(&str, &str, Column); 3] = [
         (
@@ -923,6 +933,7 @@ mod tests {
             ("sluice_consumer_group_lag", "gauge"),
             ("sluice_consumer_groups", "gauge"),
             ("sluice_kafka_produce_expired_total", "counter"),
+            ("sluice_partitions_failed", "gauge"),
             ("sluice_client_quota", "gauge"),
             ("sluice_client_quota_throttled_total", "counter"),
             ("sluice_client_quota_throttle_seconds_total", "counter"),

@@ -392,6 +392,12 @@ impl PartitionLog {
         self.shared.durable_changed.notified()
     }
 
+    /// Whether a failed fdatasync (or write) has made the partition refuse appends until it is
+    /// reopened (see the module docs); durable data stays readable.
+    pub fn is_failed(&self) -> bool {
+        self.shared.failed.get().is_some()
+    }
+
     /// One past the last durable offset: the highest offset readers can reach.
     pub fn high_watermark(&self) -> i64 {
         self.shared.durable_offset.load(Ordering::Acquire)

@@ -298,11 +298,13 @@ fn failed_fdatasync_refuses_appends_for_good_but_durable_data_stays_readable() {
             "reads must cross sealed segments too"
         );
         let hw = log.high_watermark();
+        assert!(!log.is_failed());
 
         faults.fail_syncs(errno);
         let a = log.append(&make_batch(77, 3, 100, T0)).unwrap();
         let err = a.wait_durable().unwrap_err();
         assert!(matches!(err, LogError::Failed { .. }), "{err}");
+        assert!(log.is_failed(), "what sluice_partitions_failed counts");
         assert_eq!(
             log.high_watermark(),
             hw,

@@ -69,6 +69,12 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
     /// Bytes stored.
     fn size_bytes(&self) -> u64;
 
+    /// Whether the partition refuses appends for good until the broker restarts (a local log
+    /// after a failed fdatasync); its durable data stays readable.
+    fn failed(&self) -> bool {
+        false
+    }
+
     /// Deletes what is past the partition's retention (time, then bytes), in whole stored units
     /// (segments, objects), and advances the log start. Returns how many units it deleted.
     fn apply_retention(&self) -> Result<usize, StorageError>;
@@ -326,6 +332,10 @@ impl PartitionStorage for PartitionLog {
 
     fn log_start_offset(&self) -> i64 {
         PartitionLog::log_start_offset(self)
+    }
+
+    fn failed(&self) -> bool {
+        PartitionLog::is_failed(self)
     }
 
     fn high_watermark(&self) -> i64 {
