@@ -18,7 +18,8 @@
 # $OUT/report.md.
 # Environment: OUT (target/soak-kill), SEED (drawn from the clock and printed), LOAD_S (6),
 # RATE (records/s over all producers, 5000), RECORD_SIZE (256), PARTITIONS (6),
-# RESTART_DELAY_S (0.5), NO_BUILD=1 (use target/release/sluice as it is).
+# RESTART_DELAY_S (0.5), NO_BUILD=1 (use target/release/sluice as it is), SLUICE (another
+# sluice binary to run, e.g. one built from a clean checkout; nothing is built then).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -31,8 +32,10 @@ partitions="${PARTITIONS:-6}"
 restart_delay_s="${RESTART_DELAY_S:-0.5}"
 out="${OUT:-$repo/target/soak-kill}"
 
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --bin sluice
-sluice="$repo/target/release/sluice"
+if [ -z "${SLUICE:-}" ] && [ "${NO_BUILD:-0}" != 1 ]; then
+  cargo build --release --bin sluice
+fi
+sluice="${SLUICE:-$repo/target/release/sluice}"
 mkdir -p "$out"
 home="$(mktemp -d "$repo/target/soak-kill-broker-XXXX")"
 bench_pid=""
@@ -91,8 +94,7 @@ seed = $seed
 full_fraction = 0.9
 EOF
 
-commit="$(git rev-parse --short HEAD)"
-echo "soak-kill: $cycles cycles, seed $seed, commit $commit, nproc=$(nproc), broker 127.0.0.1:$port" | tee "$out/machine.txt" >&2
+echo "soak-kill: $cycles cycles, seed $seed, $("$sluice" --version), nproc=$(nproc), broker 127.0.0.1:$port" | tee "$out/machine.txt" >&2
 # In the background so that this shell's traps run on Ctrl-C; `wait` returns its status.
 "$sluice" bench correctness "$workload" --bootstrap "127.0.0.1:$port" --out "$out" \
   --broker-label sluice \
@@ -105,11 +107,14 @@ bench_pid=""
 cat "$out/bench.txt"
 dir="$(sed -n 's/^results: //p' "$out/bench.txt")"
 if [ -n "$dir" ] && [ -f "$dir/campaign.json" ]; then
-  python3 - "$dir/campaign.json" "$cycles" "$seed" "$commit" "$load_s" "$rate" "$record_size" \
+  python3 - "$dir/campaign.json" "$cycles" "$seed" "$load_s" "$rate" "$record_size" \
     "$partitions" "$restart_delay_s" <<'PY' | tee "$out/report.md"
 import json, statistics, sys
-path, cycles, seed, commit, load_s, rate, size, partitions, delay = sys.argv[1:]
+path, cycles, seed, load_s, rate, size, partitions, delay = sys.argv[1:]
 c = json.load(open(path))
+# The commit the binary was built from (`-dirty`: with uncommitted changes).
+commit = c["git_commit"]
+commit = commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
 r = c["points"][0]["repeats"][0]
 k = r["correctness"]
 rec = k.get("recovery") or {}

@@ -3,10 +3,12 @@
 //! started).
 //!
 //! - **Baseline:** the median acknowledged records/s, and the median consumed records/s, over
-//!   the intervals of phase `measure` (every broker up; the `restart` intervals, while a broker
-//!   is down or starting, are left out). With open-loop producers at a fixed rate this is the
-//!   offered rate whenever the broker keeps up; the median ignores the few recovery intervals
-//!   after each restart, which run below it (catching up) or above it (the client's backlog).
+//!   the intervals of phase `measure` before the first kill (pre-kill goodput; with open-loop
+//!   producers at a fixed rate, the offered rate whenever the broker keeps up). Not over the
+//!   whole run: with short cycles the recovery intervals after each restart (nothing, then the
+//!   clients' backlog at once) can be most of it, and their median says nothing about "full"
+//!   (a 100-kill soak had a median of 0 consumed/s). With fewer than
+//!   [`BASELINE_INTERVALS_MIN`] intervals before the first kill, every `measure` interval counts.
 //! - **Full:** an interval in which both rates are at least `full_fraction` (0.9) of their
 //!   baselines.
 //! - **Recovered after kill `k`:** at the end of the first interval that starts at or after the
@@ -20,6 +22,9 @@ use crate::result::{BrokerKill, Interval, Recovery};
 
 /// The phase of intervals in which every broker is up.
 const MEASURE_PHASE: &str = "measure";
+
+/// Fewest intervals before the first kill that make a baseline.
+const BASELINE_INTERVALS_MIN: usize = 3;
 
 /// Recovery after each of `kills` (in kill order), from `intervals` (in time order). `None`
 /// without kills or without a `measure` interval to take the baseline from.
@@ -35,8 +40,18 @@ pub fn recovery(
         .iter()
         .filter(|i| i.phase == MEASURE_PHASE)
         .collect();
-    let baseline_acked = median(measure.iter().map(|i| i.acked_rps).collect())?;
-    let baseline_consumed = median(measure.iter().map(|i| i.consumed_rps).collect())?;
+    let pre_kill: Vec<&Interval> = measure
+        .iter()
+        .copied()
+        .filter(|i| i.t_s <= kills[0].t_s)
+        .collect();
+    let baseline = if pre_kill.len() >= BASELINE_INTERVALS_MIN {
+        &pre_kill
+    } else {
+        &measure
+    };
+    let baseline_acked = median(baseline.iter().map(|i| i.acked_rps).collect())?;
+    let baseline_consumed = median(baseline.iter().map(|i| i.consumed_rps).collect())?;
     // The load ends with the last measure interval; later ones (verify) do not count.
     let load_end = measure.last().map_or(f64::INFINITY, |i| i.t_s);
     let full = |i: &Interval| {
@@ -188,6 +203,28 @@ mod tests {
             (Some(1.5), Some(2.5), Some(3.5))
         );
         assert_eq!(r.not_recovered, 0);
+    }
+
+    #[test]
+    fn baseline_is_the_pre_kill_goodput() {
+        // 4 healthy intervals, then a kill after which most intervals are empty: the median of
+        // the whole run would be 0.
+        let mut intervals: Vec<Interval> = (1..=4)
+            .map(|s| interval(f64::from(s), "measure", 5000.0, 4900.0))
+            .collect();
+        for s in 5..=14 {
+            let rate = if s == 14 { 5000.0 } else { 0.0 };
+            intervals.push(interval(f64::from(s), "measure", rate, rate));
+        }
+        let r = recovery(&intervals, &[kill(4.0)], 0.9).unwrap();
+        assert_eq!(
+            (r.baseline_acked_rps, r.baseline_consumed_rps),
+            (5000.0, 4900.0)
+        );
+        assert_eq!(r.per_kill_s, vec![Some(10.0)]);
+        // Too few intervals before the first kill: the whole run's measure intervals.
+        let r = recovery(&intervals, &[kill(1.5)], 0.9).unwrap();
+        assert_eq!(r.baseline_acked_rps, 0.0);
     }
 
     #[test]

@@ -467,7 +467,7 @@ pub struct CorrectnessReport {
 pub struct Recovery {
     /// "Full": at least this share of the baselines below.
     pub full_fraction: f64,
-    /// Median acknowledged records/s over the run's `measure` intervals (every broker up).
+    /// Median acknowledged records/s over the `measure` intervals before the first kill.
     pub baseline_acked_rps: f64,
     /// Median consumed records/s over the same intervals.
     pub baseline_consumed_rps: f64,

@@ -188,7 +188,7 @@ pub struct Correctness {
     /// repeated).
     pub seed: Option<u64>,
     /// "Full throughput" after a restart: at least this share of the median per-interval
-    /// rate of the run's `measure` intervals (every broker up), acknowledged and consumed alike.
+    /// rate of the `measure` intervals before the first kill, acknowledged and consumed alike.
     pub full_fraction: f64,
 }
 
