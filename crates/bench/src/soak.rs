@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use sluice_log::SplitMix64;
+
 use crate::target::Target;
 use crate::workload::Workload;
 
@@ -41,7 +43,7 @@ impl KillSchedule {
     /// the last kill is always one even share, to see the last restart recover.
     pub fn new(kills: u32, duration_s: f64, seed: Option<u64>) -> KillSchedule {
         let share = duration_s / f64::from(kills + 1);
-        let mut rng = seed.map(SplitMix64);
+        let mut rng = seed.map(SplitMix64::new);
         let gaps_s = (0..=kills)
             .map(|k| match rng.as_mut() {
                 Some(rng) if k < kills => {
@@ -59,27 +61,7 @@ pub fn clock_seed() -> u64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    SplitMix64(now.as_nanos() as u64 ^ u64::from(std::process::id())).next()
-}
-
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, and its output for a seed never changes with a
-/// dependency's version, so a printed seed repeats a run's kill moments for good.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
+    SplitMix64::new(now.as_nanos() as u64 ^ u64::from(std::process::id())).next_u64()
 }
 
 /// The committed offsets of one consumer group, read from the broker now and then. A partition
@@ -224,9 +206,9 @@ mod tests {
     #[test]
     fn split_mix_is_stable() {
         // The first outputs for seed 0 of the reference implementation.
-        let mut r = SplitMix64(0);
-        assert_eq!(r.next(), 0xe220_a839_7b1d_cdaf);
-        assert_eq!(r.next(), 0x6e78_9e6a_a1b9_65f4);
+        let mut r = SplitMix64::new(0);
+        assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
         assert_ne!(clock_seed(), clock_seed());
     }
 

@@ -689,27 +689,9 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
             if s.may_cluster(Op::AlterConfigs) {
                 return Gate::Pass(Rq::AlterClientQuotas(req), None);
             }
-            let entries = req
-                .entries
-                .iter()
-                .map(|e| {
-                    alter_client_quotas_response::EntryData::default()
-                        .with_error_code(CLUSTER_DENIED)
-                        .with_error_message(denied_message("ALTER_CONFIGS on the cluster"))
-                        .with_entity(
-                            e.entity
-                                .iter()
-                                .map(|p| {
-                                    alter_client_quotas_response::EntityData::default()
-                                        .with_entity_type(p.entity_type.clone())
-                                        .with_entity_name(p.entity_name.clone())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
+            let message = denied_message("ALTER_CONFIGS on the cluster");
             Gate::Answer(ResponseKind::AlterClientQuotas(
-                AlterClientQuotasResponse::default().with_entries(entries),
+                crate::handlers::quotas::answer(&req, |_| Some((CLUSTER_DENIED, message.clone()))),
             ))
         }
         Rq::CreateAcls(req) => {

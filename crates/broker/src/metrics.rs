@@ -390,6 +390,7 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
         high_watermark: i64,
         log_start_offset: i64,
         size_bytes: u64,
+        failed: bool,
     }
     let rows: Vec<(&str, Vec<PartitionRow>)> = topics
         .iter()
@@ -403,6 +404,7 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
                     high_watermark: log.high_watermark(),
                     log_start_offset: log.log_start_offset(),
                     size_bytes: log.size_bytes(),
+                    failed: log.failed(),
                 })
                 .collect();
             (t.name.as_str(), rows)
@@ -419,10 +421,9 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
         "sluice_partitions_failed",
         "gauge",
         "Partitions that refuse appends until the broker restarts: an fdatasync failed, so data written before it may be gone and is never acknowledged (the log names each one). Durable data stays readable.",
-        topics
-            .iter()
-            .flat_map(|t| t.partitions().into_iter())
-            .filter(|log| log.failed())
+        rows.iter()
+            .flat_map(|(_, p)| p)
+            .filter(|row| row.failed)
             .count(),
     );
     type Column = fn(&PartitionRow) -> i64;

@@ -607,16 +607,18 @@ impl Sim {
     }
 }
 
-/// A small seeded generator (splitmix64): deterministic, good enough for choosing faults.
+/// SplitMix64 (Steele, Lea, Flood 2014): a small seeded generator, fully determined by its
+/// seed and kept here so the sequence never changes under a dependency upgrade. A printed seed
+/// repeats a simulation, a fault plan or a benchmark's kill moments exactly. Not for secrets.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct SplitMix64(u64);
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
         SplitMix64(seed)
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -625,7 +627,12 @@ impl SplitMix64 {
     }
 
     /// A number in `0..n` (`n` > 0).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

@@ -90,7 +90,7 @@ pub use config::{
     SEVEN_DAYS_MS,
 };
 pub use error::{BatchError, LogError, Refusal, Result, is_no_space};
-pub use faults::{DiskFaults, PowerLoss};
+pub use faults::{DiskFaults, PowerLoss, SplitMix64};
 pub use latency::{
     LATENCY_BUCKET_BOUNDS_MICROS, LATENCY_BUCKETS, LatencyHistogram, LatencySnapshot,
 };

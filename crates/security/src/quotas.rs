@@ -511,7 +511,8 @@ impl ClientQuotas {
     fn install(&self, config: Config) {
         let empty = config.is_empty();
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
-        // Odd/even is not used; 0 means "no quotas", so a connection can skip everything.
+        // 0 means "no quotas", so a connection can skip everything; any other value changes
+        // with every change.
         if empty {
             self.generation.store(0, Ordering::Release);
         } else {

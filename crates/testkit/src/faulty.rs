@@ -93,6 +93,7 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
 };
+use sluice_log::SplitMix64;
 
 /// The `store` name in the `Generic` errors this wrapper makes.
 const STORE_NAME: &str = "FaultyStore";
@@ -256,32 +257,12 @@ impl From<Range<Duration>> for Latency {
     }
 }
 
-/// SplitMix64: tiny, fast and fully determined by its seed, which is all a fault injector
-/// needs (kept here so the sequence never changes under a dependency upgrade).
-#[derive(Debug)]
-struct SeededRng(u64);
-
-impl SeededRng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[derive(Debug)]
 struct State {
     rules: Vec<Rule>,
     /// `(op, prefix, latency)`; the longest matching prefix wins.
     latencies: Vec<(Op, Option<String>, Latency)>,
-    rng: SeededRng,
+    rng: SplitMix64,
 }
 
 #[derive(Debug)]
@@ -345,7 +326,7 @@ impl Shared {
                     break;
                 }
                 Trigger::Probability(p) => {
-                    if rng.next_f64() < *p {
+                    if rng.unit() < *p {
                         fault = Some(rule.fault);
                         break;
                     }
@@ -370,7 +351,7 @@ impl Shared {
             .map(|(_, _, l)| match l {
                 Latency::Fixed(d) => *d,
                 Latency::Uniform(r) if r.end <= r.start => r.start,
-                Latency::Uniform(r) => r.start + (r.end - r.start).mul_f64(rng.next_f64()),
+                Latency::Uniform(r) => r.start + (r.end - r.start).mul_f64(rng.unit()),
             });
         Decision {
             op,
@@ -455,7 +436,7 @@ impl FaultyStore {
                 state: Mutex::new(State {
                     rules: Vec::new(),
                     latencies: Vec::new(),
-                    rng: SeededRng(seed),
+                    rng: SplitMix64::new(seed),
                 }),
                 down: AtomicBool::new(false),
                 calls: Default::default(),
@@ -765,14 +746,14 @@ mod tests {
 
     #[test]
     fn seeded_rng_is_deterministic_and_in_range() {
-        let mut a = SeededRng(42);
-        let mut b = SeededRng(42);
+        let mut a = SplitMix64::new(42);
+        let mut b = SplitMix64::new(42);
         for _ in 0..1000 {
-            let x = a.next_f64();
-            assert_eq!(x, b.next_f64());
+            let x = a.unit();
+            assert_eq!(x, b.unit());
             assert!((0.0..1.0).contains(&x));
         }
-        assert_ne!(SeededRng(1).next_u64(), SeededRng(2).next_u64());
+        assert_ne!(SplitMix64::new(1).next_u64(), SplitMix64::new(2).next_u64());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use sluice_protocol::kafka_protocol::messages::{
     DescribeClientQuotasResponse, ResponseKind, alter_client_quotas_response,
     describe_client_quotas_response,
 };
+use sluice_protocol::kafka_protocol::protocol::StrBytes;
 use sluice_security::{ClientQuotas, QuotaEntity, QuotaError, QuotaFilter, QuotaMatch, QuotaOp};
 
 use super::{Answer, str_bytes};
@@ -109,15 +110,22 @@ pub fn alter(broker: &Arc<Broker>, req: AlterClientQuotasRequest) -> Answer {
     let req = Arc::new(req);
     let change_req = Arc::clone(&req);
     let change = Arc::new(move || {
-        let entries = change_req
+        let entities: Vec<_> = change_req
             .entries
             .iter()
             .map(|e| {
-                let entity = QuotaEntity::from_parts(
+                QuotaEntity::from_parts(
                     e.entity
                         .iter()
                         .map(|p| (p.entity_type.as_str(), p.entity_name.as_deref())),
-                );
+                )
+            })
+            .collect();
+        let entries = entities
+            .iter()
+            .cloned()
+            .zip(&change_req.entries)
+            .map(|(entity, e)| {
                 let ops = e
                     .ops
                     .iter()
@@ -132,20 +140,11 @@ pub fn alter(broker: &Arc<Broker>, req: AlterClientQuotasRequest) -> Answer {
             .collect();
         match quotas.alter(entries, change_req.validate_only) {
             Ok((outcomes, changed)) => {
-                for (entry, outcome) in change_req.entries.iter().zip(&outcomes) {
-                    if outcome.is_ok() && !change_req.validate_only {
-                        let entity = entry
-                            .entity
-                            .iter()
-                            .map(|p| {
-                                format!(
-                                    "{}={}",
-                                    p.entity_type.as_str(),
-                                    p.entity_name.as_deref().unwrap_or("<default>")
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join(",");
+                let made = entities.iter().zip(&change_req.entries).zip(&outcomes);
+                for ((entity, entry), outcome) in made {
+                    if let (Ok(entity), Ok(())) = (entity, outcome)
+                        && !change_req.validate_only
+                    {
                         let ops = entry
                             .ops
                             .iter()
@@ -158,7 +157,7 @@ pub fn alter(broker: &Arc<Broker>, req: AlterClientQuotasRequest) -> Answer {
                             })
                             .collect::<Vec<_>>()
                             .join(",");
-                        tracing::info!(entity = %entity, ops = %ops, "client quota changed");
+                        tracing::info!(entity = %entity.label(), ops = %ops, "client quota changed");
                     }
                 }
                 let results = outcomes
@@ -200,31 +199,40 @@ pub fn alter(broker: &Arc<Broker>, req: AlterClientQuotasRequest) -> Answer {
                 vec![Some((KAFKA_STORAGE_ERROR, reason)); req.entries.len()]
             }
         };
-        let entries = req
-            .entries
-            .iter()
-            .zip(results)
-            .map(|(entry, result)| {
-                let (code, message) = result.map_or((0, None), |(c, m)| (c, Some(str_bytes(m))));
-                alter_client_quotas_response::EntryData::default()
-                    .with_error_code(code)
-                    .with_error_message(message)
-                    .with_entity(
-                        entry
-                            .entity
-                            .iter()
-                            .map(|p| {
-                                alter_client_quotas_response::EntityData::default()
-                                    .with_entity_type(p.entity_type.clone())
-                                    .with_entity_name(p.entity_name.clone())
-                            })
-                            .collect(),
-                    )
-            })
-            .collect();
-        Some(ResponseKind::AlterClientQuotas(
-            AlterClientQuotasResponse::default().with_entries(entries),
-        ))
+        Some(ResponseKind::AlterClientQuotas(answer(&req, |i| {
+            results[i].clone().map(|(c, m)| (c, Some(str_bytes(m))))
+        })))
     }
     .boxed()
+}
+
+/// The answer to `req`: each entry's entity, echoed, with the outcome `outcome(i)` gives for
+/// entry `i` (`None`: made).
+pub(crate) fn answer(
+    req: &AlterClientQuotasRequest,
+    outcome: impl Fn(usize) -> Option<(i16, Option<StrBytes>)>,
+) -> AlterClientQuotasResponse {
+    let entries = req
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let (code, message) = outcome(i).unwrap_or((0, None));
+            alter_client_quotas_response::EntryData::default()
+                .with_error_code(code)
+                .with_error_message(message)
+                .with_entity(
+                    entry
+                        .entity
+                        .iter()
+                        .map(|p| {
+                            alter_client_quotas_response::EntityData::default()
+                                .with_entity_type(p.entity_type.clone())
+                                .with_entity_name(p.entity_name.clone())
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    AlterClientQuotasResponse::default().with_entries(entries)
 }
