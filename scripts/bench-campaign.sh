@@ -7,7 +7,9 @@
 #   3. run       max-100b.toml         maximum throughput with 100-byte records
 #   4. drain     drain-2gib.toml       time to read a 2 GiB backlog
 #   5. correctness correctness-kills.toml (Sluice only: 3 SIGKILLs of a Sluice it starts itself)
-# Then `sluice bench compare` for each of 1-4. Takes ~30 min with the defaults.
+#   6. storm     storm-2x.toml         a retry storm at 2x the probed capacity for 30 s, then
+#                                      0.5x: goodput, p99 and recovery time per second
+# Then `sluice bench compare` for each of 1-4 and 6. Takes ~35 min with the defaults.
 #
 #   scripts/bench-campaign.sh                 # everything
 #   CASES="fixed-20mbps max-100b" scripts/bench-campaign.sh
@@ -20,7 +22,7 @@ source "$repo/scripts/lib/kafka-baseline.sh"
 cargo build --release --bin sluice
 sluice="$repo/target/release/sluice"
 out="${OUT:-$repo/target/bench-campaign}"
-cases="${CASES:-explore-1kib fixed-20mbps max-100b drain-2gib correctness-kills}"
+cases="${CASES:-explore-1kib fixed-20mbps max-100b drain-2gib correctness-kills storm-2x}"
 brokers="${BROKERS:-kafka sluice}"
 mkdir -p "$out"
 echo "commit: $(git rev-parse --short HEAD); nproc=$(nproc); memory=$(free -g | awk '/^Mem:/{print $2}') GiB;$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" | tee "$out/machine.txt" >&2
@@ -31,6 +33,7 @@ mode_of() {
     explore-*) echo explore ;;
     drain-*) echo drain ;;
     correctness-*) echo correctness ;;
+    storm-*) echo storm ;;
     *) echo run ;;
   esac
 }

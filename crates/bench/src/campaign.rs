@@ -18,13 +18,15 @@ use crate::stats;
 use crate::target::{self, Target};
 use crate::workload;
 
-/// The four modes.
+/// The modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Run,
     Explore,
     Drain,
     Correctness,
+    /// A retry storm and the recovery from it ([`crate::storm`]).
+    Storm,
 }
 
 impl Mode {
@@ -34,6 +36,7 @@ impl Mode {
             Mode::Explore => "explore",
             Mode::Drain => "drain",
             Mode::Correctness => "correctness",
+            Mode::Storm => "storm",
         }
     }
 }
@@ -191,6 +194,7 @@ pub fn execute(mode: Mode, options: &Options) -> Result<Outcome, String> {
                 Mode::Explore => modes::explore(&mut ctx, w, repeat),
                 Mode::Drain => modes::drain(&mut ctx, w, repeat),
                 Mode::Correctness => modes::correctness(&mut ctx, w, repeat),
+                Mode::Storm => crate::storm::storm(&mut ctx, w, repeat),
             };
             match outcome {
                 Ok(result) => repeats.push(result),
@@ -319,7 +323,45 @@ pub fn headline(r: &RunResult) -> Vec<(&'static str, f64)> {
         out.push(("out_of_order", c.out_of_order as f64));
         out.push(("corrupted", c.corrupted as f64));
     }
+    if let Some(st) = &r.storm {
+        out.extend(storm_headline(st));
+    }
     out.retain(|(_, v)| v.is_finite());
+    out
+}
+
+/// The storm's headline numbers: capacity, per-phase goodput as a share of the offered new
+/// records, the after phase's p99, recovery time (`after_s` + 1 when not recovered, so that
+/// "not recovered" still sorts as the worst), and the wasted appends.
+pub(crate) fn storm_headline(st: &crate::result::StormResult) -> Vec<(&'static str, f64)> {
+    let mut out = vec![("storm_capacity_rps", st.capacity_rps)];
+    for p in &st.phases {
+        let key = match p.phase.as_str() {
+            "storm" => "storm_goodput_storm",
+            "after" => "storm_goodput_after",
+            _ => continue,
+        };
+        if p.offered_rps > 0.0 {
+            out.push((key, p.goodput_fresh_rps / p.offered_rps));
+        }
+        if p.phase == "after"
+            && let Some(ms) = p.ack_p99_ms
+        {
+            out.push(("storm_p99_after_ms", ms));
+        }
+        if p.phase == "storm"
+            && let Some(ms) = p.ack_p99_ms
+        {
+            out.push(("storm_p99_storm_ms", ms));
+        }
+    }
+    out.push((
+        "storm_recovery_s",
+        st.recovery_s.unwrap_or(st.after_s as f64 + 1.0),
+    ));
+    if let Some(w) = st.wasted_appends {
+        out.push(("storm_wasted_appends", w as f64));
+    }
     out
 }
 
@@ -352,7 +394,9 @@ fn warnings(campaign: &Campaign) -> Vec<String> {
                     r.backpressure_fraction * 100.0
                 ));
             }
-            if r.totals.failed_records > 0 {
+            if let Some(st) = &r.storm {
+                out.extend(storm_warnings(&p.label, r.repeat, st));
+            } else if r.totals.failed_records > 0 {
                 out.push(format!(
                     "{} repeat {}: {} records failed delivery",
                     p.label, r.repeat, r.totals.failed_records
@@ -405,6 +449,33 @@ fn warnings(campaign: &Campaign) -> Vec<String> {
 }
 
 /// What makes a share repeat's numbers less trustworthy, or incomplete.
+/// A storm fails deliveries on purpose; what is worth a warning is a run that did not show
+/// what it was meant to.
+fn storm_warnings(label: &str, repeat: u32, st: &crate::result::StormResult) -> Vec<String> {
+    let mut out = Vec::new();
+    if st.recovery_s.is_none() {
+        out.push(format!(
+            "{label} repeat {repeat}: goodput did not recover to {:.0}% of the offered rate \
+             within {} s after the storm",
+            st.recovered_fraction * 100.0,
+            st.after_s
+        ));
+    }
+    if st.failed == 0 {
+        out.push(format!(
+            "{label} repeat {repeat}: no delivery failed during the storm: the overload did not \
+             make requests time out (raise storm.overload or lower request_timeout_ms)"
+        ));
+    }
+    if st.unresolved > 0 {
+        out.push(format!(
+            "{label} repeat {repeat}: {} attempts had no delivery report when settling ended",
+            st.unresolved
+        ));
+    }
+    out
+}
+
 fn share_warnings(label: &str, repeat: u32, sh: &crate::result::ShareResult) -> Vec<String> {
     let mut out = Vec::new();
     let at = format!("{label} repeat {repeat}");

@@ -1,5 +1,5 @@
 //! `sluice bench`: an open-loop load generator for any Kafka-protocol cluster (Sluice or Apache
-//! Kafka), with `run`, `explore`, `drain` and `correctness` modes, latency measured from each
+//! Kafka), with `run`, `explore`, `drain`, `correctness` and `storm` (retry storm) modes, latency measured from each
 //! record's intended send time, and JSON/CSV/HTML results.
 //!
 //! The load is driven by librdkafka (through the `rdkafka` crate), the same client and settings
@@ -20,5 +20,6 @@ pub mod result;
 pub mod share;
 pub mod soak;
 pub mod stats;
+pub mod storm;
 pub mod target;
 pub mod workload;

@@ -1,4 +1,5 @@
-//! One repeat of one test point in each mode: `run`, `explore`, `drain`, `correctness`.
+//! One repeat of one test point in each mode: `run`, `explore`, `drain`, `correctness` (and
+//! `storm`, in [`crate::storm`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,11 +53,11 @@ pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 const SATURATED_LATE_SHARE: f64 = 0.10;
 
 /// Emits reporting intervals while a phase runs.
-struct Ticker<'f> {
+pub(crate) struct Ticker<'f> {
     fleet: &'f Fleet,
     every: Duration,
     last: Instant,
-    intervals: Vec<Interval>,
+    pub(crate) intervals: Vec<Interval>,
     /// The e2e histogram of each interval, kept only when asked for (explore's sustain phase).
     keep_e2e: bool,
     e2e_windows: Vec<Window>,
@@ -67,7 +68,7 @@ struct Ticker<'f> {
 }
 
 impl<'f> Ticker<'f> {
-    fn new(fleet: &'f Fleet, interval_s: f64, tag: &str, quiet: bool) -> Self {
+    pub(crate) fn new(fleet: &'f Fleet, interval_s: f64, tag: &str, quiet: bool) -> Self {
         Ticker {
             fleet,
             every: Duration::from_secs_f64(interval_s),
@@ -82,13 +83,13 @@ impl<'f> Ticker<'f> {
     }
 
     /// Ticks until `seconds` have passed.
-    fn run_for(&mut self, seconds: f64, phase: &str) {
+    pub(crate) fn run_for(&mut self, seconds: f64, phase: &str) {
         let end = Instant::now() + Duration::from_secs_f64(seconds);
         self.run_until(end, phase, || false);
     }
 
     /// Ticks until `done()` or `deadline`; returns whether `done()` became true.
-    fn run_until(
+    pub(crate) fn run_until(
         &mut self,
         deadline: Instant,
         phase: &str,
@@ -226,6 +227,7 @@ pub(crate) fn blank(repeat: u32, topics: &[String], target_rps: Option<f64>) -> 
         drain: None,
         correctness: None,
         share: None,
+        storm: None,
     }
 }
 
@@ -315,7 +317,7 @@ pub fn run(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResult
 }
 
 /// Every measured record sent has its delivery report.
-fn all_delivered(fleet: &Fleet) -> bool {
+pub(crate) fn all_delivered(fleet: &Fleet) -> bool {
     let t = fleet.measured().totals;
     t.acked_records + t.failed_records >= t.sent_records
 }

@@ -16,7 +16,7 @@ pub const FORMAT_VERSION: u32 = 1;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Campaign {
     pub format: u32,
-    /// `run`, `explore`, `drain` or `correctness`.
+    /// `run`, `explore`, `drain`, `correctness` or `storm`.
     pub mode: String,
     /// The workload's `name`.
     pub name: String,
@@ -178,6 +178,9 @@ pub struct RunResult {
     /// The share consumers' outcome (`drain` with `share_consumers`), absent otherwise.
     #[serde(default)]
     pub share: Option<ShareResult>,
+    /// The retry storm's outcome (`storm`), absent otherwise.
+    #[serde(default)]
+    pub storm: Option<StormResult>,
 }
 
 impl RunResult {
@@ -514,4 +517,98 @@ pub struct PartitionCheck {
     pub duplicated: u64,
     pub out_of_order: u64,
     pub corrupted: u64,
+}
+
+/// The outcome of `storm`: clients with short timeouts and immediate application re-sends
+/// offered `overload` × capacity for `storm_s`, between phases at `after` × capacity (see
+/// [`crate::storm`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct StormResult {
+    /// The capacity the phases' rates are multiples of, records/s.
+    pub capacity_rps: f64,
+    /// How it was obtained: `probe` (measured in this repeat, closed loop) or `given`.
+    pub capacity_source: String,
+    /// The probe's acknowledged records per second, in order (empty when given).
+    pub probe_rps: Vec<f64>,
+    pub overload: f64,
+    pub after: f64,
+    /// Phase lengths in whole seconds.
+    pub before_s: u64,
+    pub storm_s: u64,
+    pub after_s: u64,
+    pub request_timeout_ms: u32,
+    pub retry_backoff_ms: u32,
+    pub app_retries: u32,
+    pub recovered_fraction: f64,
+    pub recovered_hold_s: u32,
+    /// The storm producers' librdkafka settings (secrets as `***`).
+    pub producer_config: BTreeMap<String, String>,
+    /// One row per second since the `before` phase began, `settle` seconds included.
+    pub seconds: Vec<StormSecond>,
+    /// Per-phase medians of `seconds`.
+    pub phases: Vec<StormPhase>,
+    /// Seconds from the storm's end until goodput was back (see
+    /// [`crate::storm::series::recovery_s`]); `None`: not recovered within `after_s`.
+    pub recovery_s: Option<f64>,
+    /// Whole run, every phase: new records offered, application re-sends, records acknowledged,
+    /// failed attempts (and of them timed out), records given up after `app_retries`.
+    pub new_records: u64,
+    pub resent: u64,
+    pub acked: u64,
+    pub failed: u64,
+    pub timed_out: u64,
+    pub given_up: u64,
+    /// Attempts still without a delivery report when settling ended.
+    pub unresolved: u64,
+    /// Records the broker appended to the topics during the phases (sum of the high
+    /// watermarks' growth), when the watermarks could be read.
+    pub appended_records: Option<u64>,
+    /// `appended_records - acked`: appends no client got an acknowledgement for, i.e. work done
+    /// for attempts the client had already given up on (and usually re-sent: duplicates).
+    pub wasted_appends: Option<u64>,
+    /// The generator offered less than 97% of a phase's intended new-record rate.
+    pub generator_short: bool,
+}
+
+/// One second of a storm run. Rates are per second (counts, as each row is one second).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct StormSecond {
+    /// End of the second, seconds since the `before` phase began.
+    pub t_s: f64,
+    /// `before`, `storm`, `after` or `settle`.
+    pub phase: String,
+    /// New records whose first attempt was due in this second.
+    pub offered_rps: f64,
+    /// Application re-sends of records whose delivery had failed.
+    pub resent_rps: f64,
+    /// Records acknowledged in this second (each record at most once).
+    pub goodput_rps: f64,
+    /// Of those, records first offered after the storm ended.
+    pub goodput_fresh_rps: f64,
+    pub failed_rps: f64,
+    pub timed_out_rps: f64,
+    pub given_up_rps: f64,
+    /// Ack latency of the records acknowledged in this second, from their first attempt's
+    /// intended send time (0 when none).
+    pub ack_count: u64,
+    pub ack_p50_ms: f64,
+    pub ack_p99_ms: f64,
+    pub ack_p99_9_ms: f64,
+    pub ack_max_ms: f64,
+}
+
+/// Medians of one phase's seconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct StormPhase {
+    pub phase: String,
+    pub seconds: u32,
+    pub offered_rps: f64,
+    pub resent_rps: f64,
+    pub goodput_rps: f64,
+    /// The goodput recovery is judged on: in `after`, records first offered after the storm.
+    pub goodput_fresh_rps: f64,
+    pub failed_rps: f64,
+    pub given_up_rps: f64,
+    /// Median of the per-second ack p99 over seconds with acknowledgements.
+    pub ack_p99_ms: Option<f64>,
 }

@@ -2,7 +2,7 @@
 //!
 //! Any top-level field given as a list is a *dimension*: the campaign runs one test point per
 //! value, or per combination when several fields are lists, everything else fixed. Tables
-//! (`[explore]`, `[drain]`, `[correctness]`, `[producer_config]`, `[consumer_config]`) hold
+//! (`[explore]`, `[drain]`, `[correctness]`, `[storm]`, `[producer_config]`, `[consumer_config]`) hold
 //! the settings of one mode or extra client settings and do not vary.
 
 use std::collections::BTreeMap;
@@ -17,6 +17,12 @@ pub struct WorkloadError(String);
 
 fn err(msg: impl Into<String>) -> WorkloadError {
     WorkloadError(msg.into())
+}
+
+impl WorkloadError {
+    pub(crate) fn new(msg: impl Into<String>) -> WorkloadError {
+        err(msg)
+    }
 }
 
 /// One concrete test point: a workload with every dimension fixed to one value.
@@ -92,6 +98,9 @@ pub struct Workload {
     pub correctness: Correctness,
     #[serde(default)]
     pub share: Share,
+    /// `[storm]`: the retry storm of `sluice bench storm` ([`crate::storm`]).
+    #[serde(default)]
+    pub storm: crate::storm::Storm,
     /// Extra librdkafka producer settings, passed through as given.
     #[serde(default)]
     pub producer_config: BTreeMap<String, String>,
@@ -620,6 +629,7 @@ impl Workload {
         if !(e.pass_fraction > 0.0 && e.pass_fraction <= 1.0) {
             return Err(err("explore.pass_fraction must be in (0, 1]"));
         }
+        self.storm.validate()?;
         if self.drain.backlog.0 == 0 {
             return Err(err("drain.backlog must be > 0"));
         }

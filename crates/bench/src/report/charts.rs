@@ -4,7 +4,7 @@
 //! per campaign instead.
 
 use super::svg::{self, Band, Chart, Series, XScale};
-use crate::result::{Interval, Latency, PointResult, RunResult};
+use crate::result::{Interval, Latency, PointResult, RunResult, StormResult, StormSecond};
 
 /// A per-interval value, `None` where the interval measured nothing.
 type Pick = fn(&Interval) -> Option<f64>;
@@ -169,4 +169,97 @@ fn phase_bands(p: &PointResult) -> Vec<Band> {
         previous_end = i.t_s;
     }
     bands
+}
+
+/// A per-second value of a storm run, `None` where the second measured nothing.
+type StormPick = fn(&StormSecond) -> Option<f64>;
+
+/// `(t_s, value)` per storm second, with a gap where `pick` gives `None`.
+pub(crate) fn storm_series(
+    name: String,
+    seconds: &[StormSecond],
+    color: &'static str,
+    dash: &'static str,
+    pick: StormPick,
+) -> Series {
+    Series {
+        name,
+        points: seconds
+            .iter()
+            .map(|s| (s.t_s, pick(s).unwrap_or(f64::NAN)))
+            .collect(),
+        color,
+        dash,
+    }
+}
+
+/// The storm phase of a run, shaded.
+pub(crate) fn storm_band(st: &StormResult) -> Band {
+    Band {
+        from: st.before_s as f64,
+        to: (st.before_s + st.storm_s) as f64,
+        label: "storm".to_owned(),
+    }
+}
+
+/// Goodput against offered new records and re-sends per second (and failures), every repeat.
+pub(crate) fn storm_rates(p: &PointResult) -> Option<Chart> {
+    let lines: [(&str, usize, StormPick); 5] = [
+        ("offered (new)", 6, |s| Some(s.offered_rps)),
+        ("goodput", 0, |s| Some(s.goodput_rps)),
+        ("goodput (offered after storm)", 2, |s| {
+            (s.phase == "after").then_some(s.goodput_fresh_rps)
+        }),
+        ("re-sends", 3, |s| Some(s.resent_rps)),
+        ("failed", 4, |s| Some(s.failed_rps)),
+    ];
+    storm_chart(p, &lines, "retry storm · records/s", "records/s")
+}
+
+/// Ack p50 and p99 per second (of the records acknowledged in it), every repeat.
+pub(crate) fn storm_latency(p: &PointResult) -> Option<Chart> {
+    let lines: [(&str, usize, StormPick); 2] = [
+        ("ack p50", 2, |s| (s.ack_count > 0).then_some(s.ack_p50_ms)),
+        ("ack p99", 1, |s| (s.ack_count > 0).then_some(s.ack_p99_ms)),
+    ];
+    storm_chart(
+        p,
+        &lines,
+        "retry storm · ack latency from the first attempt's intended time",
+        "ms",
+    )
+}
+
+fn storm_chart(
+    p: &PointResult,
+    lines: &[(&str, usize, StormPick)],
+    title: &str,
+    y_label: &str,
+) -> Option<Chart> {
+    let storms: Vec<(&RunResult, &StormResult)> = p
+        .repeats
+        .iter()
+        .filter_map(|r| r.storm.as_ref().map(|s| (r, s)))
+        .collect();
+    let (_, first) = storms.first()?;
+    let mut series = Vec::new();
+    for (k, (r, st)) in storms.iter().enumerate() {
+        for &(name, color, pick) in lines {
+            series.push(storm_series(
+                repeat_name(name, r, storms.len()),
+                &st.seconds,
+                svg::color(color),
+                svg::dash(k),
+                pick,
+            ));
+        }
+    }
+    Some(Chart {
+        title: format!("{} · {title}", p.label),
+        x_label: "seconds since the before phase began".to_owned(),
+        y_label: y_label.to_owned(),
+        x_scale: XScale::Linear,
+        series,
+        bands: vec![storm_band(first)],
+    })
 }

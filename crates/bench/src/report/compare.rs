@@ -232,9 +232,10 @@ impl<'a> Comparison<'a> {
         );
         body.push_str(&self.table_html());
         for &label in &self.labels {
+            let storm: String = self.storm_charts(label).iter().map(svg::render).collect();
             let _ = writeln!(
                 body,
-                "<section><h2>{}</h2><div class=\"charts\">{}{}{}</div></section>",
+                "<section><h2>{}</h2><div class=\"charts\">{storm}{}{}{}</div></section>",
                 esc(label),
                 svg::render(&self.throughput_chart(label)),
                 svg::render(&self.distribution_chart(label, "e2e")),
@@ -344,6 +345,63 @@ impl<'a> Comparison<'a> {
             series,
             bands: Vec::new(),
         }
+    }
+
+    /// For storm campaigns: goodput as a share of the offered new records, and ack p99, per
+    /// second, one colour per campaign (each broker at multiples of its own capacity, so the
+    /// shares compare where the rates would not). Empty when no campaign ran a storm here.
+    fn storm_charts(&self, label: &str) -> Vec<Chart> {
+        let mut fraction = Vec::new();
+        let mut p99 = Vec::new();
+        let mut band = None;
+        for (c, name) in self.names.iter().enumerate() {
+            let Some(point) = self.point(c, label) else {
+                continue;
+            };
+            for (k, r) in point.repeats.iter().enumerate() {
+                let Some(st) = &r.storm else { continue };
+                band.get_or_insert_with(|| charts::storm_band(st));
+                let name = series_name(name, point, r.repeat);
+                let (color, dash) = (svg::color(c), svg::dash(k));
+                fraction.push(charts::storm_series(
+                    format!("{name} (capacity {})", fmt_num(st.capacity_rps)),
+                    &st.seconds,
+                    color,
+                    dash,
+                    |s| {
+                        (s.offered_rps > 0.0)
+                            .then(|| crate::storm::series::judged_goodput(s) / s.offered_rps)
+                    },
+                ));
+                p99.push(charts::storm_series(name, &st.seconds, color, dash, |s| {
+                    (s.ack_count > 0).then_some(s.ack_p99_ms)
+                }));
+            }
+        }
+        let Some(band) = band else {
+            return Vec::new();
+        };
+        vec![
+            Chart {
+                title: format!(
+                    "{label} · retry storm: goodput / offered new records (after the storm: \
+                     records offered after it)"
+                ),
+                x_label: "seconds since the before phase began".to_owned(),
+                y_label: "goodput / offered".to_owned(),
+                x_scale: XScale::Linear,
+                series: fraction,
+                bands: vec![band.clone()],
+            },
+            Chart {
+                title: format!("{label} · retry storm: ack p99 per second"),
+                x_label: "seconds since the before phase began".to_owned(),
+                y_label: "ms".to_owned(),
+                x_scale: XScale::Linear,
+                series: p99,
+                bands: vec![band],
+            },
+        ]
     }
 
     /// `which` is `e2e` or `ack`.

@@ -323,6 +323,7 @@ fn point_section(p: &PointResult) -> String {
     }
     out.push_str(&drain_table(p));
     out.push_str(&share_section(p));
+    out.push_str(&super::storm::section(p));
     for r in &p.repeats {
         if let Some(c) = &r.correctness {
             out.push_str(&correctness_section(r.repeat, c));

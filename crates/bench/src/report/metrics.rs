@@ -123,7 +123,42 @@ pub(crate) const METRICS: &[Metric] = &[
     metric("share_errors", "share errors", false, |r| {
         r.share.as_ref().map(|s| s.errors as f64)
     }),
+    metric("storm_capacity_rps", "storm capacity rec/s", true, |r| {
+        storm(r, "storm_capacity_rps")
+    }),
+    metric(
+        "storm_goodput_storm",
+        "goodput/offered in storm",
+        true,
+        |r| storm(r, "storm_goodput_storm"),
+    ),
+    metric(
+        "storm_goodput_after",
+        "goodput/offered after storm",
+        true,
+        |r| storm(r, "storm_goodput_after"),
+    ),
+    metric("storm_p99_storm_ms", "ack p99 ms in storm", false, |r| {
+        storm(r, "storm_p99_storm_ms")
+    }),
+    metric("storm_p99_after_ms", "ack p99 ms after storm", false, |r| {
+        storm(r, "storm_p99_after_ms")
+    }),
+    metric("storm_recovery_s", "recovery s", false, |r| {
+        storm(r, "storm_recovery_s")
+    }),
+    metric("storm_wasted_appends", "wasted appends", false, |r| {
+        storm(r, "storm_wasted_appends")
+    }),
 ];
+
+/// One of the storm's headline numbers ([`crate::campaign::storm_headline`]).
+fn storm(r: &RunResult, key: &str) -> Option<f64> {
+    crate::campaign::storm_headline(r.storm.as_ref()?)
+        .into_iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
 
 /// The spread of records per share consumer in the measured window.
 fn share_spread(r: &RunResult) -> Option<&Spread> {

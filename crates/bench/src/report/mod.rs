@@ -6,7 +6,8 @@
 //!   `sluice bench compare`) reads back;
 //! - `points/<id>.json`: each [`PointResult`](crate::result::PointResult) alone;
 //! - `results.csv` (one row per point × repeat) and `intervals.csv` (one row per reporting
-//!   interval), for spreadsheets and notebooks (`csv.rs`);
+//!   interval), for spreadsheets and notebooks (`csv.rs`), and for `storm` campaigns
+//!   `storm.csv` (one row per second of the storm, `storm.rs`);
 //! - `report.html`: one self-contained page with tables and inline SVG charts (`html.rs`, the
 //!   charts built in `charts.rs` from the primitives in `svg.rs`).
 //!
@@ -19,6 +20,7 @@ mod compare;
 mod csv;
 mod html;
 mod metrics;
+mod storm;
 mod svg;
 mod text;
 
@@ -38,6 +40,8 @@ pub const CAMPAIGN_FILE: &str = "campaign.json";
 pub const POINTS_DIR: &str = "points";
 pub const RESULTS_CSV: &str = "results.csv";
 pub const INTERVALS_CSV: &str = "intervals.csv";
+/// Per-second rows of `storm` campaigns (absent otherwise).
+pub const STORM_CSV: &str = "storm.csv";
 pub const REPORT_HTML: &str = "report.html";
 pub const COMPARE_HTML: &str = "compare.html";
 pub const COMPARE_CSV: &str = "compare.csv";
@@ -122,6 +126,9 @@ pub fn write_campaign(dir: &Path, campaign: &Campaign) -> Result<(), ReportError
     }
     write_file(&dir.join(RESULTS_CSV), &csv::results(campaign))?;
     write_file(&dir.join(INTERVALS_CSV), &csv::intervals(campaign))?;
+    if let Some(text) = storm::csv(campaign) {
+        write_file(&dir.join(STORM_CSV), &text)?;
+    }
     write_file(&dir.join(REPORT_HTML), &html::campaign_page(campaign))
 }
 

@@ -96,6 +96,7 @@ fn run(repeat: u32, rate: f64) -> RunResult {
         drain: None,
         correctness: None,
         share: None,
+        storm: None,
     }
 }
 
