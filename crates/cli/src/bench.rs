@@ -1,4 +1,4 @@
-//! `sluice bench run|explore|drain|correctness|compare`: the benchmark, against any
+//! `sluice bench run|explore|drain|correctness|storm|compare`: the benchmark, against any
 //! Kafka-protocol cluster.
 
 // The CLI's output is its job: printing to stdout is intended here.
@@ -28,6 +28,7 @@ use sluice_bench::{report, target};
 ///       -b 127.0.0.1:19092,127.0.0.1:19093 \
 ///       --broker-cmd 'sluice serve --data-dir /tmp/b0 --kafka-addr 127.0.0.1:19092 --http-addr off --storage s3://B/P --metadata postgres://...' \
 ///       --broker-cmd 'sluice serve --data-dir /tmp/b1 --kafka-addr 127.0.0.1:19093 --http-addr off --storage s3://B/P --metadata postgres://...'
+///   sluice bench storm bench/workloads/storm-2x.toml -b 127.0.0.1:9092 --broker-label sluice
 ///   sluice bench compare bench-results/fixed-rate-run-* --out bench-results/compare
 ///   sluice bench run bench/workloads/tls-produce-max.toml -b 127.0.0.1:9094 \
 ///       --client-config sasl-ssl.properties --broker-pid "$(pidof sluice)"
@@ -92,7 +93,27 @@ enum BenchCommand {
     ///     --broker-cmd 'sluice serve --data-dir /tmp/b1 --kafka-addr 127.0.0.1:19093 --http-addr off --storage s3://B/P --metadata postgres://...'
     #[command(verbatim_doc_comment)]
     Correctness(RunArgs),
+    /// A retry storm, and whether the broker recovers from it. Producers with short timeouts
+    /// (request.timeout.ms = message.timeout.ms = [storm] request_timeout_ms, not idempotent,
+    /// acks as the workload says) whose application re-sends every record whose delivery
+    /// failed, at once, up to [storm] app_retries times. Phases: before_s at `after` x capacity,
+    /// storm_s at `overload` x capacity, after_s at `after` x capacity. Capacity is given, or
+    /// "probe": first measured, the median acknowledged records/s of a probe_s closed-loop
+    /// phase on the same topics.
+    ///
+    /// Every second: offered new records, re-sends, goodput (records acknowledged), failed
+    /// attempts (timed out), records given up, ack p50/p99 from the first attempt's intended
+    /// time. Recovery: seconds from the storm's end until goodput of records offered after it
+    /// is >= recovered_fraction (90%) of the offered rate for recovered_hold_s (3) seconds in a
+    /// row. Also the appends no client got an acknowledgement for (wasted work). Consumers are
+    /// not started. Settings and their defaults: docs/bench.md, "storm".
+    ///
+    /// Example:
+    ///   sluice bench storm bench/workloads/storm-2x.toml -b 127.0.0.1:9092 --broker-label sluice
+    #[command(verbatim_doc_comment)]
+    Storm(RunArgs),
     /// Put campaign directories side by side: writes compare.html and compare.csv, prints a table.
+    /// Storm campaigns get their per-second curves overlaid (goodput / offered, ack p99).
     ///
     /// Example:
     ///   sluice bench compare bench-results/fixed-20mbps-run-A bench-results/fixed-20mbps-run-B
@@ -174,6 +195,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Explore(a) => (Mode::Explore, a),
         BenchCommand::Drain(a) => (Mode::Drain, a),
         BenchCommand::Correctness(a) => (Mode::Correctness, a),
+        BenchCommand::Storm(a) => (Mode::Storm, a),
         BenchCommand::Compare(c) => {
             let table = report::compare(&c.dirs, &c.out)?;
             println!("{table}");

@@ -232,6 +232,88 @@ fn drain_times_consumers_reading_a_backlog() {
     );
 }
 
+#[test]
+fn storm_probes_capacity_then_counts_every_second_and_the_recovery() {
+    let server = Server::start_fresh();
+    let tmp = tempfile::tempdir().unwrap();
+    // A short storm: 3 s probe, 2 s before, 3 s storm, 4 s after; the probe caps the rate so
+    // that a debug build on a shared machine is not pushed into minutes of backlog.
+    let workload = "name = \"smoke-storm\"\npartitions = 3\nproducers = 2\nconsumers = 0\n\
+                    record_size = 256\nidempotence = false\n\
+                    [producer_config]\n\"queue.buffering.max.messages\" = \"2000\"\n\
+                    [storm]\nprobe_s = 3\nbefore_s = 2\nstorm_s = 3\nafter_s = 4\n\
+                    overload = 1.5\nafter = 0.25\nrecovered_hold_s = 1\nsettle_timeout_s = 20\n";
+    let (dir, stdout) = campaign(
+        tmp.path(),
+        "storm",
+        workload,
+        &["-b", &server.bootstrap(), "--broker-label", "sluice"],
+    );
+    let c = read_campaign(&dir);
+    assert_eq!(c["mode"], "storm");
+    let r = &c["points"][0]["repeats"][0];
+    let st = &r["storm"];
+    assert_eq!(st["capacity_source"], "probe", "{st}");
+    let capacity = st["capacity_rps"].as_f64().unwrap();
+    assert!(capacity > 0.0, "{st}");
+    assert_eq!(st["probe_rps"].as_array().unwrap().len(), 3, "{st}");
+    let seconds = st["seconds"].as_array().unwrap();
+    assert!(seconds.len() >= 9, "{} seconds", seconds.len());
+    let phases: Vec<&str> = seconds
+        .iter()
+        .map(|s| s["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &phases[..9],
+        [
+            "before", "before", "storm", "storm", "storm", "after", "after", "after", "after"
+        ]
+    );
+    // The open-loop schedule offered what the phases asked for (±25%).
+    let storm_offered: f64 = seconds[2..5]
+        .iter()
+        .map(|s| s["offered_rps"].as_f64().unwrap())
+        .sum();
+    let want = 1.5 * capacity * 3.0;
+    assert!(
+        (storm_offered - want).abs() < 0.25 * want,
+        "offered {storm_offered} of {want}"
+    );
+    let new = st["new_records"].as_u64().unwrap();
+    let acked = st["acked"].as_u64().unwrap();
+    let given_up = st["given_up"].as_u64().unwrap();
+    let unresolved = st["unresolved"].as_u64().unwrap();
+    assert!(acked > 0 && acked + given_up + unresolved == new, "{st}");
+    assert!(st["phases"].as_array().unwrap().len() >= 3, "{st}");
+    assert!(st["appended_records"].as_u64().unwrap() >= acked, "{st}");
+    assert!(st["recovery_s"].is_null() || st["recovery_s"].as_f64().unwrap() >= 1.0);
+    assert!(r["ack_latency"]["count"].as_u64().unwrap() == acked, "{r}");
+    let csv = std::fs::read_to_string(dir.join("storm.csv")).unwrap();
+    assert!(
+        csv.starts_with("point_id,label,repeat,t_s,phase,offered_rps"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), seconds.len() + 1);
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("Retry storm") && html.contains("<svg"));
+    assert!(stdout.contains("recovery s"), "{stdout}");
+    // compare overlays the storm curves of two campaigns.
+    let out = tmp.path().join("cmp");
+    let (ok, _, err) = bench(&[
+        "compare",
+        dir.to_str().unwrap(),
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let html = std::fs::read_to_string(out.join("compare.html")).unwrap();
+    assert!(
+        html.contains("goodput / offered"),
+        "no storm chart in compare.html"
+    );
+}
+
 /// A free port on 127.0.0.1 for a broker the benchmark starts (and restarts) itself.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -513,6 +595,9 @@ fn bad_workloads_are_refused_with_what_to_fix() {
     );
     let (ok, _, err) = bench(&["correctness", file.to_str().unwrap(), "-b", "127.0.0.1:1"]);
     assert!(!ok && err.contains("record_size"), "{err}");
+    std::fs::write(&file, "[storm]\noverload = 0.3\n").unwrap();
+    let (ok, _, err) = bench(&["storm", file.to_str().unwrap(), "-b", "127.0.0.1:1"]);
+    assert!(!ok && err.contains("storm.overload"), "{err}");
     let (ok, _, err) = bench(&["compare", tmp.path().to_str().unwrap()]);
     assert!(!ok, "compare with one directory must fail: {err}");
 }

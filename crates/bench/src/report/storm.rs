@@ -118,6 +118,56 @@ pub(crate) fn section(p: &PointResult) -> String {
     out
 }
 
+/// The end-of-run summary of one storm repeat: capacity, recovery, totals, and per phase the
+/// medians of the per-second values.
+pub(crate) fn lines(st: &StormResult) -> Vec<String> {
+    let mut out = vec![format!(
+        "storm: capacity {} rec/s ({}); {}x for {} s between {}x ({} s before, {} s after); \
+         timeout {} ms, {} app re-sends; recovery {}",
+        fmt_num(st.capacity_rps),
+        capacity_text(st),
+        st.overload,
+        st.storm_s,
+        st.after,
+        st.before_s,
+        st.after_s,
+        st.request_timeout_ms,
+        st.app_retries,
+        recovery_text(st)
+    )];
+    out.push(format!(
+        "storm: new records {}, re-sends {}, acknowledged {}, failed attempts {} ({} timed out), \
+         given up {}, unresolved {}, appended {}, wasted appends {}",
+        st.new_records,
+        st.resent,
+        st.acked,
+        st.failed,
+        st.timed_out,
+        st.given_up,
+        st.unresolved,
+        st.appended_records
+            .map_or_else(|| "?".to_owned(), |a| a.to_string()),
+        st.wasted_appends
+            .map_or_else(|| "?".to_owned(), |a| a.to_string()),
+    ));
+    for ph in &st.phases {
+        out.push(format!(
+            "storm {:<6} {:>3} s: offered {}/s, re-sent {}/s, goodput {}/s (judged {}/s), \
+             failed {}/s, given up {}/s, ack p99 {} ms",
+            ph.phase,
+            ph.seconds,
+            fmt_num(ph.offered_rps),
+            fmt_num(ph.resent_rps),
+            fmt_num(ph.goodput_rps),
+            fmt_num(ph.goodput_fresh_rps),
+            fmt_num(ph.failed_rps),
+            fmt_num(ph.given_up_rps),
+            ph.ack_p99_ms.map_or_else(|| "-".to_owned(), fmt_num)
+        ));
+    }
+    out
+}
+
 pub(crate) fn capacity_text(st: &StormResult) -> String {
     if st.capacity_source == "probe" {
         format!("probed: median of {} s closed loop", st.probe_rps.len())

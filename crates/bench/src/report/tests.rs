@@ -742,3 +742,121 @@ fn campaigns_without_share_results_still_read() {
     let back: Campaign = serde_json::from_value(json).unwrap();
     assert_eq!(back, c);
 }
+
+fn storm_result() -> StormResult {
+    let second = |t: u64, phase: &str, offered: f64, goodput: f64| StormSecond {
+        t_s: t as f64,
+        phase: phase.to_owned(),
+        offered_rps: offered,
+        resent_rps: if phase == "storm" { 500.0 } else { 0.0 },
+        goodput_rps: goodput,
+        goodput_fresh_rps: if phase == "after" { goodput } else { 0.0 },
+        failed_rps: if phase == "storm" { 600.0 } else { 0.0 },
+        timed_out_rps: if phase == "storm" { 550.0 } else { 0.0 },
+        given_up_rps: 0.0,
+        ack_count: goodput as u64,
+        ack_p50_ms: 2.0,
+        ack_p99_ms: if phase == "storm" { 900.0 } else { 8.0 },
+        ack_p99_9_ms: 12.0,
+        ack_max_ms: 20.0,
+    };
+    let mut seconds = vec![
+        second(1, "before", 500.0, 500.0),
+        second(2, "storm", 2000.0, 1000.0),
+    ];
+    seconds.push(second(3, "storm", 2000.0, 900.0));
+    seconds.push(second(4, "after", 500.0, 100.0));
+    seconds.push(second(5, "after", 500.0, 480.0));
+    seconds.push(second(6, "after", 500.0, 500.0));
+    let recovery_s = crate::storm::series::recovery_s(&seconds, 0.9, 2);
+    StormResult {
+        capacity_rps: 1000.0,
+        capacity_source: "probe".to_owned(),
+        probe_rps: vec![900.0, 1000.0, 1100.0],
+        overload: 2.0,
+        after: 0.5,
+        before_s: 1,
+        storm_s: 2,
+        after_s: 3,
+        request_timeout_ms: 1000,
+        retry_backoff_ms: 10,
+        app_retries: 3,
+        recovered_fraction: 0.9,
+        recovered_hold_s: 2,
+        producer_config: BTreeMap::from([("acks".to_owned(), "all".to_owned())]),
+        phases: crate::storm::series::phase_medians(&seconds),
+        seconds,
+        recovery_s,
+        new_records: 6000,
+        resent: 1000,
+        acked: 3480,
+        failed: 1200,
+        timed_out: 1100,
+        given_up: 0,
+        unresolved: 0,
+        appended_records: Some(3600),
+        wasted_appends: Some(120),
+        generator_short: false,
+    }
+}
+
+#[test]
+fn storm_results_show_in_every_report() {
+    let mut c = campaign("sluice", 10_000.0);
+    c.points[0].repeats[0].storm = Some(storm_result());
+    let dir = tempfile::tempdir().unwrap();
+    write_campaign(dir.path(), &c).unwrap();
+    assert_eq!(read_campaign(dir.path()).unwrap(), c);
+
+    let headline: BTreeMap<&str, f64> = crate::campaign::headline(&c.points[0].repeats[0])
+        .into_iter()
+        .collect();
+    // After the storm: 100 of 500, then 480 and 500: the good run starts with the second
+    // that ends 2 s after the storm.
+    assert_eq!(headline["storm_recovery_s"], 2.0);
+    assert_eq!(headline["storm_goodput_storm"], 950.0 / 2000.0);
+    assert_eq!(headline["storm_goodput_after"], 480.0 / 500.0);
+    assert_eq!(headline["storm_p99_storm_ms"], 900.0);
+    assert_eq!(headline["storm_wasted_appends"], 120.0);
+
+    let csv = read(dir.path().join(STORM_CSV));
+    assert_eq!(csv.lines().count(), 7, "{csv}");
+    assert!(
+        csv.lines()
+            .nth(2)
+            .unwrap()
+            .contains(",storm,2000,500,1000,"),
+        "{csv}"
+    );
+    let html = read(dir.path().join(REPORT_HTML));
+    assert!(
+        html.contains("Retry storm") && html.contains("3 s"),
+        "recovery shown"
+    );
+    assert!(html.contains("probed: median of 3 s closed loop"));
+    assert!(summary_text(&c).contains("recovery s"));
+
+    // compare: one goodput / offered chart and one p99 chart with a line per campaign.
+    let other = tempfile::tempdir().unwrap();
+    let mut k = campaign("kafka", 10_000.0);
+    let mut st = storm_result();
+    st.recovery_s = None;
+    k.points[0].repeats[0].storm = Some(st);
+    write_campaign(other.path(), &k).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    compare(
+        &[dir.path().to_path_buf(), other.path().to_path_buf()],
+        out.path(),
+    )
+    .unwrap();
+    let html = read(out.path().join("compare.html"));
+    assert!(
+        html.contains("goodput / offered new records"),
+        "storm chart"
+    );
+    assert!(html.contains("ack p99 per second"));
+    // Campaigns without a storm have no storm.csv.
+    let plain = tempfile::tempdir().unwrap();
+    write_campaign(plain.path(), &campaign("sluice", 10_000.0)).unwrap();
+    assert!(!plain.path().join(STORM_CSV).exists());
+}

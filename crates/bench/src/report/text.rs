@@ -21,6 +21,9 @@ const SUMMARY_KEYS: &[&str] = &[
     "drain_s",
     "broker_cpu_s_per_m_produced",
     "broker_cpu_s_per_m_consumed",
+    "storm_capacity_rps",
+    "storm_recovery_s",
+    "storm_wasted_appends",
 ];
 
 /// Shown too when some repeat has share consumers (records/s is their natural unit).
@@ -167,6 +170,16 @@ pub(crate) fn summary(campaign: &Campaign) -> String {
             if let Some(c) = &r.correctness {
                 let at = format!("{} repeat {}", point.id, r.repeat);
                 for line in correctness_lines(c) {
+                    let _ = writeln!(out, "{at}: {line}");
+                }
+            }
+        }
+    }
+    for point in &campaign.points {
+        for r in &point.repeats {
+            if let Some(st) = &r.storm {
+                let at = format!("{} repeat {}", point.id, r.repeat);
+                for line in super::storm::lines(st) {
                     let _ = writeln!(out, "{at}: {line}");
                 }
             }
