@@ -66,7 +66,7 @@ pub use errors::{GroupError, SharedStoreError};
 pub use ownership::{GroupOwnership, OwnerEpoch, Take, TakenGroup, Written};
 use share::{ShareGroup, ShareSettings};
 use share_api::share_settings;
-pub use store::{CommittedOffset, GroupRecord, GroupStore, StoreError};
+pub use store::{CommittedOffset, GroupRecord, GroupStore, StoreError, StoreOptions};
 use takeover::Backend;
 
 /// Kafka's `offset.metadata.max.bytes`: the longest metadata string a commit may carry.

@@ -8,6 +8,11 @@
 //! (what [`crate::PartitionLog::open`] uses) holds nothing and costs one branch per call: the
 //! real I/O then runs exactly as without the seam.
 //!
+//! The seam's methods ([`DiskFaults::write`], [`DiskFaults::truncated`], [`DiskFaults::create`],
+//! [`DiskFaults::rename`], [`DiskFaults::sync`], [`DiskFaults::sync_dir`]) are public so that
+//! other file layers of the data directory (the consumer-group store in `sluice-groups`) can be
+//! routed through the same plan as the partition logs.
+//!
 //! ## A full disk
 //! [`DiskFaults::fill_after`] gives the disk a number of bytes of room left. A write that fits
 //! takes its bytes from it; a write that does not fit writes the part that fits (as `write(2)`
@@ -38,9 +43,18 @@
 //! unlinked since the last directory fsync (every unlink in the log is followed by a directory
 //! fsync before anything depends on it), or lose metadata a sync did cover.
 //!
+//! A rename ([`DiskFaults::rename`], within one directory) is durable only once that directory
+//! is fsynced. Before that, a power loss may undo it: the file is back under its old name (its
+//! entry may still vanish if that was never synced either), and the name it replaced holds the
+//! replaced file again (or is gone, if it named nothing). Each unsynced rename is kept or undone
+//! on its own. Not modelled: a rename of a file that was itself renamed since the last
+//! directory fsync (only the last rename can be undone), and undoing a rename whose old name
+//! has been created again since (the later creation implies the rename reached the journal).
+//!
 //! [`DiskFaults::hold_syncs`] makes writeback stall: syncs asked for by other threads (the
 //! group-commit threads) wait until the power fails, while the holding thread's own syncs (a
-//! roll's seal) go through. That is how a simulation leaves appends deterministically unsynced
+//! roll's seal) go through; [`DiskFaults::let_syncs_through`] lets a given number of them go on
+//! while the rest stay held. That is how a simulation leaves appends deterministically unsynced
 //! at the moment of the power loss. After a power loss the plan is dead: every later operation
 //! through it fails with EIO and touches nothing, so an abandoned log cannot write into the
 //! files the model has just rewritten.
@@ -90,6 +104,8 @@ struct Sim {
     held_by: Option<ThreadId>,
     /// Syncs waiting because of `held_by`.
     waiting: usize,
+    /// Held syncs that may still go on (see [`DiskFaults::let_syncs_through`]).
+    passes: u64,
     /// The power failed: every operation fails and touches nothing.
     dead: bool,
 }
@@ -105,6 +121,20 @@ struct FileModel {
     /// A sync of this file failed: the kernel may have dropped its dirty pages and cleared the
     /// error, so no later sync in this boot makes anything of it durable ("fsyncgate").
     sync_failed: bool,
+    /// Renamed to its current name since its directory was last fsynced: the rename may be
+    /// undone by a power loss.
+    renamed: Option<Box<Renamed>>,
+}
+
+/// An unsynced rename, enough to undo it.
+#[derive(Debug)]
+struct Renamed {
+    /// The name the file had before.
+    from: PathBuf,
+    /// Whether the entry under `from` had been fsynced in its directory.
+    from_entry_unsynced: bool,
+    /// The file the rename replaced, if the new name named one.
+    replaced: Option<FileModel>,
 }
 
 #[derive(Debug)]
@@ -142,11 +172,13 @@ pub struct PowerLoss {
     pub writes_torn: usize,
     pub truncations_kept: usize,
     pub truncations_dropped: usize,
+    /// Renames since the last directory fsync that the power loss undid.
+    pub renames_undone: usize,
 }
 
-/// How much of a write the plan lets through.
+/// How much of a write the plan lets through ([`DiskFaults::write`]).
 #[derive(Debug)]
-pub(crate) enum Allowance {
+pub enum Allowance {
     /// All of it.
     All,
     /// Only the first `bytes`, then the write fails with `error`.
@@ -241,6 +273,26 @@ impl DiskFaults {
             .unwrap_or(0)
     }
 
+    /// While syncs are held, the next `n` of them (waiting now or asked for later) go on
+    /// anyway, in the order they get the plan's lock; the rest stay held. A simulation uses it
+    /// to stop writeback at a chosen sync (say, a compaction's directory fsync).
+    pub fn let_syncs_through(&self, n: u64) {
+        self.with(|p| {
+            if let Some(sim) = &mut p.sim {
+                sim.passes = n;
+            }
+        });
+        if let Some(shared) = &self.0 {
+            shared.released.notify_all();
+        }
+    }
+
+    /// How many of the syncs allowed by [`DiskFaults::let_syncs_through`] have not gone on yet.
+    pub fn syncs_to_let_through(&self) -> u64 {
+        self.with(|p| p.sim.as_ref().map_or(0, |s| s.passes))
+            .unwrap_or(0)
+    }
+
     /// Held syncs go on.
     pub fn release_syncs(&self) {
         self.with(|p| {
@@ -275,55 +327,41 @@ impl DiskFaults {
         // sometimes all, mostly a mix.
         let keep_percent = [0, 25, 50, 75, 100][rng.below(5) as usize];
         let mut report = PowerLoss::default();
-        for (path, file) in files {
-            if file.pending.is_empty() && !file.entry_unsynced {
-                continue;
-            }
+        let names: Vec<PathBuf> = files.keys().cloned().collect();
+        for (path, mut file) in files {
+            let at_risk = !file.pending.is_empty() || file.entry_unsynced || file.renamed.is_some();
             // Unlinked since: unlinks are durable at once in this model.
-            if fs::symlink_metadata(&path).is_err() {
+            if !at_risk || fs::symlink_metadata(&path).is_err() {
                 continue;
             }
             report.files_at_risk += 1;
-            if file.entry_unsynced && rng.below(3) == 0 {
-                fs::remove_file(&path)?;
-                report.files_vanished += 1;
-                continue;
-            }
-            let mut image = file.durable;
-            for op in &file.pending {
-                match op {
-                    Pending::SetLen(_) => {
-                        if rng.below(2) == 0 {
-                            op.apply(&mut image);
-                            report.truncations_kept += 1;
-                        } else {
-                            report.truncations_dropped += 1;
-                        }
-                    }
-                    Pending::Write { pos, data } => {
-                        let roll = rng.below(100);
-                        if roll < keep_percent {
-                            op.apply(&mut image);
-                            report.writes_kept += 1;
-                        } else if roll.is_multiple_of(2) || data.is_empty() {
-                            report.writes_dropped += 1;
-                        } else {
-                            // Torn: a prefix reached the disk, and the rest of the range may
-                            // hold whatever the device left there.
-                            let keep = rng.below(data.len() as u64) as usize;
-                            write_into(&mut image, *pos, &data[..keep]);
-                            if rng.below(2) == 0 {
-                                let garbage_len = 1 + rng.below((data.len() - keep) as u64);
-                                let garbage: Vec<u8> =
-                                    (0..garbage_len).map(|_| rng.next_u64() as u8).collect();
-                                write_into(&mut image, *pos + keep as u64, &garbage);
-                            }
-                            report.writes_torn += 1;
-                        }
-                    }
+            let undo = file
+                .renamed
+                .take()
+                .filter(|r| !names.contains(&r.from) && rng.below(2) == 0);
+            let Some(renamed) = undo else {
+                match settle(file, &mut rng, keep_percent, &mut report) {
+                    Some(image) => fs::write(&path, &image)?,
+                    None => fs::remove_file(&path)?,
                 }
+                continue;
+            };
+            // The rename never reached the disk: the old name holds this file, the new name
+            // what it held before.
+            report.renames_undone += 1;
+            let Renamed {
+                from,
+                from_entry_unsynced,
+                replaced,
+            } = *renamed;
+            file.entry_unsynced = from_entry_unsynced;
+            if let Some(image) = settle(file, &mut rng, keep_percent, &mut report) {
+                fs::write(&from, &image)?;
             }
-            fs::write(&path, &image)?;
+            match replaced.and_then(|r| settle(r, &mut rng, keep_percent, &mut report)) {
+                Some(image) => fs::write(&path, &image)?,
+                None => fs::remove_file(&path)?,
+            }
         }
         Ok(report)
     }
@@ -334,21 +372,22 @@ impl DiskFaults {
     }
 
     /// Whether this is [`DiskFaults::none`] (callers skip work only the seam needs).
-    pub(crate) fn is_none(&self) -> bool {
+    pub fn is_none(&self) -> bool {
         self.0.is_none()
     }
 
     /// Asks to write `parts` at `pos` of `path`: how much of it may land. In a simulated plan the
-    /// bytes allowed are recorded as unsynced.
-    pub(crate) fn write(&self, path: &Path, pos: u64, parts: &[IoSlice<'_>]) -> Allowance {
+    /// bytes allowed are recorded as unsynced. The caller writes that much and, on
+    /// [`Allowance::Partial`], then fails with the error given.
+    pub fn write(&self, path: &Path, pos: u64, parts: &[IoSlice<'_>]) -> Allowance {
         let Some(shared) = &self.0 else {
             return Allowance::All;
         };
         shared.lock().write(path, pos, parts)
     }
 
-    /// Reports that `path` was cut (or extended) to `len` bytes.
-    pub(crate) fn truncated(&self, path: &Path, len: u64) {
+    /// Reports that `path` was cut (or extended) to `len` bytes (after the real `set_len`).
+    pub fn truncated(&self, path: &Path, len: u64) {
         self.with(|p| {
             if let Some(sim) = &mut p.sim
                 && !sim.dead
@@ -359,7 +398,7 @@ impl DiskFaults {
     }
 
     /// Whether the file `path` may be created now (it is, right after).
-    pub(crate) fn create(&self, path: &Path) -> io::Result<()> {
+    pub fn create(&self, path: &Path) -> io::Result<()> {
         let Some(shared) = &self.0 else {
             return Ok(());
         };
@@ -392,7 +431,7 @@ impl DiskFaults {
 
     /// Reports that `path` is about to be created by a path that never fails for want of space
     /// in this model (the clean-shutdown marker).
-    pub(crate) fn creating(&self, path: &Path) {
+    pub fn creating(&self, path: &Path) {
         self.with(|p| {
             if let Some(sim) = &mut p.sim {
                 sim.creating(path);
@@ -400,13 +439,64 @@ impl DiskFaults {
         });
     }
 
-    /// fdatasyncs or fsyncs the file `path` with `real`, unless the plan fails it first. A
-    /// simulated plan records the file as durable instead of calling `real`.
-    pub(crate) fn sync(
+    /// Renames `from` to `to` (in the same directory) with `real`, which must do exactly that.
+    /// A simulated plan remembers the rename until the directory is fsynced: a power loss
+    /// before that may undo it (see the module doc). After a power loss it fails with EIO and
+    /// renames nothing.
+    pub fn rename(
         &self,
-        path: &Path,
+        from: &Path,
+        to: &Path,
         real: impl FnOnce() -> io::Result<()>,
     ) -> io::Result<()> {
+        let Some(shared) = &self.0 else {
+            return real();
+        };
+        let mut plan = shared.lock();
+        let Some(sim) = &mut plan.sim else {
+            drop(plan);
+            return real();
+        };
+        if sim.dead {
+            return Err(eio());
+        }
+        // Both files as they are before the rename (a file the model has not seen yet is
+        // taken as durable).
+        let replaced = match sim.files.remove(to) {
+            Some(model) => Some(model),
+            None => fs::symlink_metadata(to).is_ok().then(|| FileModel {
+                durable: fs::read(to).unwrap_or_default(),
+                ..FileModel::default()
+            }),
+        };
+        let mut moving = match sim.files.remove(from) {
+            Some(model) => model,
+            None => FileModel {
+                durable: fs::read(from).unwrap_or_default(),
+                ..FileModel::default()
+            },
+        };
+        if let Err(e) = real() {
+            sim.files.insert(from.to_path_buf(), moving);
+            if let Some(model) = replaced {
+                sim.files.insert(to.to_path_buf(), model);
+            }
+            return Err(e);
+        }
+        moving.renamed = Some(Box::new(Renamed {
+            from: from.to_path_buf(),
+            from_entry_unsynced: moving.entry_unsynced,
+            replaced,
+        }));
+        // The new name is the rename's own entry: it stands or falls with the rename.
+        moving.entry_unsynced = false;
+        sim.files.insert(to.to_path_buf(), moving);
+        Ok(())
+    }
+
+    /// fdatasyncs or fsyncs the file `path` with `real`, unless the plan fails it first. A
+    /// simulated plan records the file as durable instead of calling `real`.
+    pub fn sync(&self, path: &Path, real: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
         let Some(shared) = &self.0 else {
             return real();
         };
@@ -438,11 +528,7 @@ impl DiskFaults {
 
     /// fsyncs the directory `dir` with `real`, unless the plan fails it first. A simulated plan
     /// records the entries of files created in it as durable instead of calling `real`.
-    pub(crate) fn sync_dir(
-        &self,
-        dir: &Path,
-        real: impl FnOnce() -> io::Result<()>,
-    ) -> io::Result<()> {
+    pub fn sync_dir(&self, dir: &Path, real: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
         let Some(shared) = &self.0 else {
             return real();
         };
@@ -454,6 +540,7 @@ impl DiskFaults {
                 for (path, file) in &mut sim.files {
                     if path.parent() == Some(dir) {
                         file.entry_unsynced = false;
+                        file.renamed = None;
                     }
                 }
                 Ok(())
@@ -464,6 +551,55 @@ impl DiskFaults {
             }
         }
     }
+}
+
+/// What a power loss leaves of one file: `None` if its entry vanished, else its bytes (the
+/// durable image, then each pending change kept, dropped or torn; see the module doc).
+fn settle(
+    file: FileModel,
+    rng: &mut SplitMix64,
+    keep_percent: u64,
+    report: &mut PowerLoss,
+) -> Option<Vec<u8>> {
+    if file.entry_unsynced && rng.below(3) == 0 {
+        report.files_vanished += 1;
+        return None;
+    }
+    let mut image = file.durable;
+    for op in &file.pending {
+        match op {
+            Pending::SetLen(_) => {
+                if rng.below(2) == 0 {
+                    op.apply(&mut image);
+                    report.truncations_kept += 1;
+                } else {
+                    report.truncations_dropped += 1;
+                }
+            }
+            Pending::Write { pos, data } => {
+                let roll = rng.below(100);
+                if roll < keep_percent {
+                    op.apply(&mut image);
+                    report.writes_kept += 1;
+                } else if roll.is_multiple_of(2) || data.is_empty() {
+                    report.writes_dropped += 1;
+                } else {
+                    // Torn: a prefix reached the disk, and the rest of the range may hold
+                    // whatever the device left there.
+                    let keep = rng.below(data.len() as u64) as usize;
+                    write_into(&mut image, *pos, &data[..keep]);
+                    if rng.below(2) == 0 {
+                        let garbage_len = 1 + rng.below((data.len() - keep) as u64);
+                        let garbage: Vec<u8> =
+                            (0..garbage_len).map(|_| rng.next_u64() as u8).collect();
+                        write_into(&mut image, *pos + keep as u64, &garbage);
+                    }
+                    report.writes_torn += 1;
+                }
+            }
+        }
+    }
+    Some(image)
 }
 
 impl Shared {
@@ -480,6 +616,10 @@ impl Shared {
         loop {
             match &plan.sim {
                 Some(sim) if sim.dead => return Err(eio()),
+                Some(sim) if sim.held_by.is_some_and(|t| t != me) && sim.passes > 0 => {
+                    plan.sim.as_mut().expect("simulated").passes -= 1;
+                    return Ok(plan);
+                }
                 Some(sim) if sim.held_by.is_some_and(|t| t != me) => {
                     plan.sim.as_mut().expect("simulated").waiting += 1;
                     plan = self
@@ -634,5 +774,125 @@ impl SplitMix64 {
     /// Uniform in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compaction pattern: write a new file under a temporary name, fdatasync it, rename it
+    /// over the old one. Returns the plan, for the caller to fsync the directory or not.
+    fn replace_by_rename(dir: &Path, seed: u64) -> DiskFaults {
+        let (old, tmp) = (dir.join("f"), dir.join("f.tmp"));
+        fs::write(&old, b"old").unwrap();
+        let faults = DiskFaults::simulated(seed);
+        faults.create(&tmp).unwrap();
+        let file = fs::File::create(&tmp).unwrap();
+        assert!(matches!(
+            faults.write(&tmp, 0, &[IoSlice::new(b"new")]),
+            Allowance::All
+        ));
+        fs::write(&tmp, b"new").unwrap();
+        faults.sync(&tmp, || file.sync_data()).unwrap();
+        faults
+            .rename(&tmp, &old, || fs::rename(&tmp, &old))
+            .unwrap();
+        faults
+    }
+
+    #[test]
+    fn a_rename_followed_by_a_directory_fsync_survives_power_loss() {
+        for seed in 0..64 {
+            let dir = tempfile::tempdir().unwrap();
+            let faults = replace_by_rename(dir.path(), seed);
+            faults.sync_dir(dir.path(), || Ok(())).unwrap();
+            let report = faults.power_loss(seed).unwrap();
+            assert_eq!(report.renames_undone, 0);
+            assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"new");
+            assert!(!dir.path().join("f.tmp").exists());
+        }
+    }
+
+    #[test]
+    fn an_unsynced_rename_may_be_undone_by_power_loss() {
+        let (mut kept, mut undone) = (0, 0);
+        for seed in 0..64 {
+            let dir = tempfile::tempdir().unwrap();
+            let faults = replace_by_rename(dir.path(), seed);
+            let report = faults.power_loss(seed).unwrap();
+            let f = fs::read(dir.path().join("f")).unwrap();
+            let tmp = fs::read(dir.path().join("f.tmp")).ok();
+            if report.renames_undone == 1 {
+                undone += 1;
+                // The old file is back; the new one is under its old name, unless its entry
+                // (never fsynced) vanished.
+                assert_eq!(f, b"old", "seed {seed}");
+                assert!(tmp.is_none_or(|t| t == b"new"), "seed {seed}");
+            } else {
+                kept += 1;
+                assert_eq!(f, b"new", "seed {seed}");
+                assert!(tmp.is_none(), "seed {seed}");
+            }
+        }
+        assert!(kept > 0 && undone > 0, "kept {kept}, undone {undone}");
+    }
+
+    #[test]
+    fn a_rename_to_a_new_name_may_leave_only_the_old_one() {
+        let mut undone = 0;
+        for seed in 0..32 {
+            let dir = tempfile::tempdir().unwrap();
+            let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+            fs::write(&a, b"data").unwrap();
+            let faults = DiskFaults::simulated(seed);
+            faults.rename(&a, &b, || fs::rename(&a, &b)).unwrap();
+            let report = faults.power_loss(seed).unwrap();
+            // `a` was there before the plan, so its entry was durable: one name survives.
+            if report.renames_undone == 1 {
+                undone += 1;
+                assert_eq!(fs::read(&a).unwrap(), b"data");
+                assert!(!b.exists());
+            } else {
+                assert_eq!(fs::read(&b).unwrap(), b"data");
+                assert!(!a.exists());
+            }
+        }
+        assert!(undone > 0);
+    }
+
+    #[test]
+    fn a_dead_plan_renames_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::write(&a, b"data").unwrap();
+        let faults = DiskFaults::simulated(1);
+        faults.power_loss(1).unwrap();
+        let err = faults.rename(&a, &b, || fs::rename(&a, &b)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+        assert!(a.exists() && !b.exists());
+    }
+
+    #[test]
+    fn held_syncs_let_through_go_on_and_the_rest_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, b"").unwrap();
+        let faults = DiskFaults::simulated(1);
+        faults.hold_syncs();
+        faults.let_syncs_through(2);
+        let other = faults.clone();
+        let p = path.clone();
+        let synced = std::thread::spawn(move || {
+            (0..3)
+                .map(|_| other.sync(&p, || Ok(())).is_ok())
+                .collect::<Vec<_>>()
+        });
+        while faults.held_syncs() == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(faults.syncs_to_let_through(), 0);
+        faults.power_loss(1).unwrap();
+        assert_eq!(synced.join().unwrap(), [true, true, false]);
     }
 }

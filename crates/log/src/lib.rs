@@ -50,7 +50,8 @@
 //! - `latency`: [`LatencyHistogram`] and [`LATENCY_BUCKET_BOUNDS_MICROS`], the one bucket
 //!   layout of every latency histogram in `/metrics` (fdatasyncs here, requests above).
 //! - `faults`: [`DiskFaults`], the seam through which tests inject full disks, failed writes and
-//!   syncs, and power loss ([`PowerLoss`]; see `tests/simulation.rs`).
+//!   syncs, renames, and power loss ([`PowerLoss`]; see `tests/simulation.rs`); public so that
+//!   the group store (`sluice-groups`) goes through the same seam.
 //!
 //! Files in a partition directory: `<base offset, 20 digits>.log` (segment data),
 //! `.index` (offset → position), `.timeindex` (timestamp → offset) and, after a clean shutdown
@@ -90,7 +91,7 @@ pub use config::{
     SEVEN_DAYS_MS,
 };
 pub use error::{BatchError, LogError, Refusal, Result, is_no_space};
-pub use faults::{DiskFaults, PowerLoss, SplitMix64};
+pub use faults::{Allowance, DiskFaults, PowerLoss, SplitMix64};
 pub use latency::{
     LATENCY_BUCKET_BOUNDS_MICROS, LATENCY_BUCKETS, LatencyHistogram, LatencySnapshot,
 };

@@ -8,13 +8,14 @@
 //! of `mod.rs`).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use sluice_log::{CommitStats, DataDirSpace, is_no_space};
+use sluice_log::{Allowance, CommitStats, DataDirSpace, DiskFaults, is_no_space};
 use sluice_storage::{FileChange, MetaJournal, StorageError};
 
 use super::recovery::Live;
@@ -40,6 +41,29 @@ pub(super) struct Disk {
     pub(super) live: Live,
     /// Where rounds and compactions are also recorded, with the file's relative path.
     pub(super) journal: Option<(std::sync::Arc<dyn MetaJournal>, String)>,
+    /// Every write, truncation, creation, rename and sync goes through it.
+    pub(super) faults: DiskFaults,
+}
+
+/// Writes `bytes` at `pos` of `file` (named `path`) through the fault seam: all of it, or the
+/// prefix the seam allows before it fails the write.
+fn write_at(
+    faults: &DiskFaults,
+    file: &File,
+    path: &Path,
+    bytes: &[u8],
+    pos: u64,
+) -> io::Result<()> {
+    match faults.write(path, pos, &[IoSlice::new(bytes)]) {
+        Allowance::All => file.write_all_at(bytes, pos),
+        Allowance::Partial {
+            bytes: landed,
+            error,
+        } => {
+            file.write_all_at(&bytes[..landed as usize], pos)?;
+            Err(error)
+        }
+    }
 }
 
 /// A compaction that did not happen.
@@ -83,7 +107,7 @@ impl Disk {
                 .file
                 .write_all_at(&bytes[..room], self.file_bytes)
                 .and(Err(io::Error::from(io::ErrorKind::StorageFull))),
-            _ => self.file.write_all_at(bytes, self.file_bytes),
+            _ => write_at(&self.faults, &self.file, &self.path, bytes, self.file_bytes),
         };
         if let Err(e) = written {
             if !is_no_space(&e) {
@@ -100,7 +124,7 @@ impl Disk {
         }
         syncs.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let synced = self.file.sync_data();
+        let synced = self.faults.sync(&self.path, || self.file.sync_data());
         stats.record_fdatasync(started.elapsed().as_micros() as u64);
         synced.map_err(|e| {
             if is_no_space(&e) {
@@ -139,6 +163,7 @@ impl Disk {
         }
         match self.file.set_len(self.file_bytes) {
             Ok(()) => {
+                self.faults.truncated(&self.path, self.file_bytes);
                 self.uncut_tail = false;
                 Ok(())
             }
@@ -185,14 +210,17 @@ impl Disk {
             }
         };
         before_rename();
-        if let Err(e) = fs::rename(&self.tmp_path, &self.path) {
+        let renamed = self.faults.rename(&self.tmp_path, &self.path, || {
+            fs::rename(&self.tmp_path, &self.path)
+        });
+        if let Err(e) = renamed {
             // rename is atomic: the directory still names the old file.
             let _ = fs::remove_file(&self.tmp_path);
             let error = io_error("rename over", &self.path)(e);
             return Err(self.compact_failed_before_rename(error));
         }
         // From here writes go to the new file; it must be the one the directory keeps.
-        sync_dir(&self.dir).map_err(|error| CompactError { fatal: true, error })?;
+        sync_dir(&self.dir, &self.faults).map_err(|error| CompactError { fatal: true, error })?;
         let before = self.file_bytes;
         self.file = tmp_file;
         self.file_bytes = live_frames.len() as u64;
@@ -220,14 +248,23 @@ impl Disk {
 
     fn write_tmp(&self, frames: &[u8]) -> Result<File, StoreError> {
         let path = &self.tmp_path;
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
+        let faults = &self.faults;
+        let file = faults
+            .create(path)
+            .and_then(|()| {
+                OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(path)
+            })
             .map_err(io_error("create", path))?;
-        file.write_all(frames).map_err(io_error("write", path))?;
-        file.sync_data().map_err(io_error("fdatasync", path))?;
+        // Opening cut a file left there (if any) to nothing.
+        faults.truncated(path, 0);
+        write_at(faults, &file, path, frames, 0).map_err(io_error("write", path))?;
+        faults
+            .sync(path, || file.sync_data())
+            .map_err(io_error("fdatasync", path))?;
         Ok(file)
     }
 

@@ -118,6 +118,16 @@
 //! - `round.rs`: the store as a [`sluice_log::Syncable`]: what one round does, and failing
 //!   the round (full disk) or the store (any other I/O error, a panic).
 //! - `tests.rs`: unit tests, including the crash test.
+//!
+//! ## The disk seam
+//!
+//! Every write, truncation, file creation, rename, fdatasync/fsync and directory fsync of the
+//! store goes through a [`sluice_log::DiskFaults`] ([`StoreOptions::faults`]), the seam the
+//! partition logs use: [`DiskFaults::none`] in production (one branch per call, the real I/O
+//! unchanged), a fault plan or a simulated disk with power loss in tests
+//! (`tests/simulation.rs` of this crate; the broker's simulation passes one plan to its logs and
+//! its store). Reads (the replay at open) and unlinks (a leftover `groups.log.tmp`) are not
+//! routed: the model treats an unlink as durable at once.
 
 mod disk;
 mod encoding;
@@ -135,7 +145,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use sluice_log::{CommitConfig, CommitHandle, DataDirSpace, FlushPolicy, GroupCommitter};
+use sluice_log::{
+    CommitConfig, CommitHandle, DataDirSpace, DiskFaults, FlushPolicy, GroupCommitter,
+};
 use sluice_storage::{Journal, relative_path};
 use tokio::sync::oneshot;
 
@@ -325,10 +337,34 @@ impl Future for Pending {
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+fn sync_dir(dir: &Path, faults: &DiskFaults) -> Result<(), StoreError> {
+    faults
+        .sync_dir(dir, || File::open(dir).and_then(|d| d.sync_all()))
         .map_err(io_error("fsync directory", dir))
+}
+
+/// How a store is opened, beyond its directory and its committer.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Where every round and compaction is also recorded (object-storage mode); `None`: the
+    /// local file alone.
+    pub journal: Journal,
+    /// The seam every file operation goes through (see the module doc, "The disk seam");
+    /// [`DiskFaults::none`] outside tests.
+    pub faults: DiskFaults,
+    /// The file is never compacted below this size ([`COMPACT_MIN_BYTES`]; tests lower it to
+    /// make compactions frequent).
+    pub compact_min_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            journal: None,
+            faults: DiskFaults::none(),
+            compact_min_bytes: COMPACT_MIN_BYTES,
+        }
+    }
 }
 
 /// Settings of the committer [`GroupStore::open`] starts when the store has none to share:
@@ -365,7 +401,7 @@ impl GroupStore {
     /// (and fsynced). Fails with [`StoreError::Io`] if the directory or file cannot be used,
     /// or if the file holds a frame of a newer format version (the file is left as it was).
     pub fn open(data_dir: &Path) -> Result<(GroupStore, Recovered), StoreError> {
-        Self::open_with(data_dir, COMPACT_MIN_BYTES)
+        Self::open_with_options(data_dir, None, StoreOptions::default())
     }
 
     /// [`GroupStore::open`], with the store's rounds run by `committer`: the one the partition
@@ -378,39 +414,63 @@ impl GroupStore {
         committer: &GroupCommitter,
         journal: Journal,
     ) -> Result<(GroupStore, Recovered), StoreError> {
-        let commit = committer.handle();
-        Self::open_on(data_dir, commit, None, COMPACT_MIN_BYTES, journal)
+        let options = StoreOptions {
+            journal,
+            ..StoreOptions::default()
+        };
+        Self::open_with_options(data_dir, Some(committer), options)
     }
 
+    /// [`GroupStore::open`] (`committer` `None`: with a committer of its own) or
+    /// [`GroupStore::open_with_committer`], with every option: a journal, a disk fault seam,
+    /// the compaction threshold.
+    pub fn open_with_options(
+        data_dir: &Path,
+        committer: Option<&GroupCommitter>,
+        options: StoreOptions,
+    ) -> Result<(GroupStore, Recovered), StoreError> {
+        match committer {
+            Some(committer) => Self::open_on(data_dir, committer.handle(), None, options),
+            None => {
+                let committer = GroupCommitter::start_with_space(
+                    OWN_COMMIT_CONFIG,
+                    DataDirSpace::for_dir(data_dir),
+                );
+                Self::open_on(data_dir, committer.handle(), Some(committer), options)
+            }
+        }
+    }
+
+    #[cfg(test)]
     fn open_with(
         data_dir: &Path,
         compact_min_bytes: u64,
     ) -> Result<(GroupStore, Recovered), StoreError> {
-        let committer =
-            GroupCommitter::start_with_space(OWN_COMMIT_CONFIG, DataDirSpace::for_dir(data_dir));
-        Self::open_on(
-            data_dir,
-            committer.handle(),
-            Some(committer),
+        let options = StoreOptions {
             compact_min_bytes,
-            None,
-        )
+            ..StoreOptions::default()
+        };
+        Self::open_with_options(data_dir, None, options)
     }
 
     fn open_on(
         data_dir: &Path,
         commit: CommitHandle,
         own_committer: Option<GroupCommitter>,
-        compact_min_bytes: u64,
-        journal: Journal,
+        options: StoreOptions,
     ) -> Result<(GroupStore, Recovered), StoreError> {
+        let StoreOptions {
+            journal,
+            faults,
+            compact_min_bytes,
+        } = options;
         let dir = data_dir.join(DIR_NAME);
         let path = dir.join(LOG_NAME);
         let tmp_path = dir.join(TMP_NAME);
         fs::create_dir_all(data_dir).map_err(io_error("create", data_dir))?;
         match fs::create_dir(&dir) {
             // The new directory's entry must survive a crash before any file in it matters.
-            Ok(()) => sync_dir(data_dir)?,
+            Ok(()) => sync_dir(data_dir, &faults)?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_error("create", &dir)(e)),
         }
@@ -423,25 +483,26 @@ impl GroupStore {
             Err(e) => return Err(io_error("delete", &tmp_path)(e)),
         }
 
-        let (mut file, created) = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(file) => (file, true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&path)
-                    .map_err(io_error("open", &path))?;
-                (file, false)
+        let open_existing = || OpenOptions::new().read(true).write(true).open(&path);
+        let (mut file, created) = match open_existing() {
+            Ok(file) => (file, false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let file = faults
+                    .create(&path)
+                    .and_then(|()| {
+                        OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .create_new(true)
+                            .open(&path)
+                    })
+                    .map_err(io_error("create", &path))?;
+                (file, true)
             }
-            Err(e) => return Err(io_error("create", &path)(e)),
+            Err(e) => return Err(io_error("open", &path)(e)),
         };
         if created {
-            sync_dir(&dir)?;
+            sync_dir(&dir, &faults)?;
         }
 
         let mut contents = Vec::new();
@@ -464,11 +525,16 @@ impl GroupStore {
             );
             file.set_len(valid_bytes as u64)
                 .map_err(io_error("truncate", &path))?;
-            file.sync_all().map_err(io_error("fsync", &path))?;
+            faults.truncated(&path, valid_bytes as u64);
+            faults
+                .sync(&path, || file.sync_all())
+                .map_err(io_error("fsync", &path))?;
         } else {
             // The last round before a crash may be whole in the page cache but not on disk;
             // the coordinator is about to act on it.
-            file.sync_data().map_err(io_error("fdatasync", &path))?;
+            faults
+                .sync(&path, || file.sync_data())
+                .map_err(io_error("fdatasync", &path))?;
         }
         file.seek(SeekFrom::End(0))
             .map_err(io_error("seek", &path))?;
@@ -488,6 +554,7 @@ impl GroupStore {
             compact_min_bytes,
             live,
             journal: journal.zip(relative_path(data_dir, &path)),
+            faults,
         };
         drop(live_frames);
         let mut compactions = 0;

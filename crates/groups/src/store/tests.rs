@@ -1172,14 +1172,12 @@ fn a_compaction_is_journaled_as_the_whole_new_file() {
     let committer = GroupCommitter::start(CommitConfig::default());
     let journal = FakeJournal::new();
     let dyn_journal: Arc<dyn sluice_storage::MetaJournal> = journal.clone();
-    let (store, _) = GroupStore::open_on(
-        tmp.path(),
-        committer.handle(),
-        None,
-        4096,
-        Some(dyn_journal),
-    )
-    .unwrap();
+    let options = StoreOptions {
+        journal: Some(dyn_journal),
+        compact_min_bytes: 4096,
+        ..StoreOptions::default()
+    };
+    let (store, _) = GroupStore::open_with_options(tmp.path(), Some(&committer), options).unwrap();
     for i in 0..300 {
         write_ok(&store, vec![set_offset("g", "t", i % 5, i64::from(i))]);
     }
