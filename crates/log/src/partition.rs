@@ -31,7 +31,9 @@
 //!   retrying would acknowledge lost data. Other write errors than a full disk (EIO from a
 //!   write) are treated the same way. Nothing is published after a failure, not even by an
 //!   fdatasync that was already running and then succeeded: it may have succeeded only because
-//!   the failing one had already taken the error. Reads keep working for everything that was
+//!   the failing one had already taken the error; and the other way round, what a roll's or
+//!   close's own fdatasync covered is published only once a sync round of the same file that
+//!   was running meanwhile has ended well. Reads keep working for everything that was
 //!   durable before the failure (below the high watermark): those bytes were on disk when
 //!   their fdatasync succeeded, and readers never go past the high watermark.
 
@@ -72,6 +74,12 @@ struct State {
     /// Sum of segment sizes.
     size_bytes: u64,
     closed: bool,
+    /// Sync rounds whose fdatasync is running (the committer runs at most one round of a
+    /// partition at a time, so 0 or 1).
+    rounds_in_flight: u32,
+    /// How far a roll's or close's own sync made the log durable while a round was running:
+    /// published when that round ends well, dropped if it failed (see `sync_active`).
+    deferred: Option<DurablePoint>,
 }
 
 impl State {
@@ -216,6 +224,8 @@ impl PartitionLog {
                 durable,
                 size_bytes,
                 closed: false,
+                rounds_in_flight: 0,
+                deferred: None,
             }),
             durable_changed: tokio::sync::Notify::new(),
             queued: SyncQueued::default(),
@@ -513,7 +523,11 @@ impl PartitionLog {
         // and the next open rebuilds the indexes (the data itself is synced first).
         st.active_mut().sync_for_close()?;
         self.shared.check_not_failed()?;
-        self.shared.publish(&mut st, point);
+        if !self.shared.publish_after_own_sync(&mut st, point) {
+            // A sync round is still running and may yet fail: no clean-shutdown marker, so the
+            // next open checks the segment as after a crash.
+            return Ok(());
+        }
         let marker = self.shared.dir.join(CLEAN_SHUTDOWN_MARKER);
         let faults = &self.shared.faults;
         faults.creating(&marker);
@@ -623,8 +637,9 @@ impl PartitionLog {
         stats.fdatasyncs.fetch_add(1, Ordering::Relaxed);
         stats.bytes_synced.fetch_add(unsynced, Ordering::Relaxed);
         let (old_base, next, old_size) = (active.base_offset, active.next_offset, active.size);
-        // The old segment is durable whatever happens next.
-        self.shared.publish(
+        // The old segment is durable whatever happens next (once a running round has ended
+        // well, if one is running).
+        self.shared.publish_after_own_sync(
             st,
             DurablePoint {
                 offset: next,
@@ -647,7 +662,7 @@ impl PartitionLog {
         recovery::sync_dir(dir, &self.shared.faults)?;
         st.active_mut().finish_seal();
         st.segments.push_back(segment);
-        self.shared.publish(
+        self.shared.publish_after_own_sync(
             st,
             DurablePoint {
                 offset: next,
@@ -668,9 +683,9 @@ impl PartitionShared {
 
     /// `Err(Failed)` if the partition has failed. After an fdatasync that succeeded: a failed
     /// fdatasync of the same file may have cleared the error in the kernel with the pages gone,
-    /// so a success that comes after a failure proves nothing ("fsyncgate"). (A failure whose
-    /// fdatasync returned just before this one but is not recorded yet is missed: the window is
-    /// the few instructions between a sync round's error and `fail`.)
+    /// so a success that comes after a failure proves nothing ("fsyncgate"). A round whose
+    /// fdatasync is still running (or has failed but not yet said so) is covered by
+    /// [`PartitionShared::publish_after_own_sync`].
     fn check_not_failed(&self) -> Result<()> {
         match self.failed.get() {
             None => Ok(()),
@@ -684,7 +699,7 @@ impl PartitionShared {
     /// fdatasyncs the active segment and publishes how far it got.
     fn sync_active(&self, stats: &CommitStats) {
         let (file, path, point) = {
-            let st = self.lock();
+            let mut st = self.lock();
             if st.closed || self.failed.get().is_some() {
                 return;
             }
@@ -699,7 +714,9 @@ impl PartitionShared {
             }
             // The path only for the fault seam: a production round allocates nothing.
             let path = (!self.faults.is_none()).then(|| active.path.clone());
-            (Arc::clone(&active.file), path, point)
+            let file = Arc::clone(&active.file);
+            st.rounds_in_flight += 1;
+            (file, path, point)
         };
         let started = Instant::now();
         let result = match &path {
@@ -708,22 +725,28 @@ impl PartitionShared {
         };
         let micros = started.elapsed().as_micros() as u64;
         stats.record_fdatasync(micros);
+        if let Err(e) = &result
+            && crate::error::is_no_space(e)
+        {
+            self.commit.space().no_space("fdatasync", &self.dir, e);
+        }
+        let mut st = self.lock();
+        st.rounds_in_flight -= 1;
         if let Err(e) = result {
-            if crate::error::is_no_space(&e) {
-                self.commit.space().no_space("fdatasync", &self.dir, &e);
-            }
-            // At once: a roll's or close's sync of the same file that succeeds after this one
-            // failed must see it (see `check_not_failed`).
+            // A roll's or close's sync of the same file that succeeded while this one ran may
+            // have succeeded only because this one took the error (the pages may be gone):
+            // what it found is dropped, and nothing is published after a failure.
+            st.deferred = None;
             self.fail(e);
             return;
         }
-        let mut st = self.lock();
         if self.failed.get().is_some() {
             // The partition failed while this fdatasync ran: perhaps a roll's sync of the same
             // file failed just before, and then this success may only mean the error was
             // already reported there (the pages may be gone). Nothing is published after a
             // failure; an append's or roll's failure is recorded under the state lock, so
             // this check cannot miss one that came first.
+            st.deferred = None;
             return;
         }
         let before = st.durable;
@@ -732,6 +755,29 @@ impl PartitionShared {
             stats.record_bytes_synced(point.position - before.position);
         }
         self.publish(&mut st, point);
+        if st.rounds_in_flight == 0
+            && let Some(deferred) = st.deferred.take()
+        {
+            self.publish(&mut st, deferred);
+        }
+    }
+
+    /// Publishes what a roll's or close's own sync (run under the state lock) made durable,
+    /// unless a sync round of the partition is running: then a successful return here may only
+    /// mean that round's fdatasync is about to report the error instead (the kernel reports a
+    /// writeback error once), so the point waits for that round to end well
+    /// (`sync_active` publishes it then, or drops it on failure). Returns whether it was
+    /// published now.
+    fn publish_after_own_sync(&self, st: &mut State, point: DurablePoint) -> bool {
+        if st.rounds_in_flight == 0 {
+            self.publish(st, point);
+            return true;
+        }
+        st.deferred = Some(match st.deferred {
+            Some(d) if d.offset > point.offset => d,
+            _ => point,
+        });
+        false
     }
 
     /// Handles an append's (or roll's) error: a full disk is reported to the data directory's

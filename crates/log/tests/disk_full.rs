@@ -188,7 +188,11 @@ fn roll_on_a_full_disk(case: u32) {
     let mut refused = 0;
     for _ in 0..3 {
         match log.append(&make_batch(500, 3, 100, T0)) {
-            Ok(a) => expected.push((a.base_offset, make_batch(500, 3, 100, T0)[8..].to_vec())),
+            Ok(a) => {
+                // Readable once durable: wait, so the read below does not race the sync round.
+                a.wait_durable().expect("durable");
+                expected.push((a.base_offset, make_batch(500, 3, 100, T0)[8..].to_vec()));
+            }
             Err(e) => {
                 assert!(e.is_no_space(), "{e}");
                 refused += 1;

@@ -765,3 +765,116 @@ fn a_sync_round_that_ends_after_the_partition_failed_publishes_nothing() {
         Err(LogError::Failed { .. })
     ));
 }
+
+/// Releases held syncs when dropped, so a failed assertion ends the test instead of leaving
+/// the committer's thread waiting in a held sync (dropping the committer joins it).
+struct ReleaseOnDrop(DiskFaults);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release_syncs();
+    }
+}
+
+/// The other order: a sync round's fdatasync fails while a roll's fdatasync of the same segment
+/// succeeds. The kernel reports a writeback error once, so the roll's success may only mean
+/// that the round is about to take the error: what the roll synced is published only once the
+/// round has ended well, and here it never is.
+#[test]
+fn a_roll_that_syncs_while_a_round_is_running_waits_for_the_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let committer = GroupCommitter::start(CommitConfig {
+        policy: FlushPolicy::Always,
+        sync_threads: 1,
+    });
+    let faults = DiskFaults::simulated(2);
+    let config = LogConfig {
+        segment_bytes: 1024,
+        segment_ms: None,
+        ..LogConfig::default()
+    };
+    let log = PartitionLog::open_with(
+        dir.path(),
+        config,
+        &committer,
+        Arc::new(ManualClock::new(T0)),
+        faults.clone(),
+    )
+    .unwrap();
+    log.append(&make_batch(1, 5, 100, T0))
+        .unwrap()
+        .wait_durable()
+        .unwrap();
+    let hw = log.high_watermark();
+
+    // The round for the next append stalls inside its fdatasync.
+    faults.hold_syncs();
+    let _release = ReleaseOnDrop(faults.clone());
+    let stalled = log.append(&make_batch(2, 2, 100, T0)).unwrap();
+    while faults.held_syncs() == 0 {
+        std::thread::yield_now();
+    }
+    // Meanwhile an append rolls the segment; the roll's own syncs succeed.
+    let rolled = log.append(&make_batch(3, 2, 100, T0)).unwrap();
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(
+        log.high_watermark(),
+        hw,
+        "a roll published while a round of the same segment was running"
+    );
+    assert!(!stalled.is_durable());
+    // The stalled round's fdatasync fails.
+    faults.fail_sync_after(0, libc::EIO);
+    faults.release_syncs();
+    assert!(matches!(
+        stalled.wait_durable(),
+        Err(LogError::Failed { .. })
+    ));
+    assert!(matches!(
+        rolled.wait_durable(),
+        Err(LogError::Failed { .. })
+    ));
+    assert_eq!(log.high_watermark(), hw, "published after a failed round");
+    committer.shutdown();
+}
+
+/// A round that ends well publishes what a roll synced meanwhile.
+#[test]
+fn a_roll_during_a_successful_round_is_published_when_the_round_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let committer = GroupCommitter::start(CommitConfig {
+        policy: FlushPolicy::Always,
+        sync_threads: 1,
+    });
+    let faults = DiskFaults::simulated(3);
+    let config = LogConfig {
+        segment_bytes: 1024,
+        segment_ms: None,
+        ..LogConfig::default()
+    };
+    let log = PartitionLog::open_with(
+        dir.path(),
+        config,
+        &committer,
+        Arc::new(ManualClock::new(T0)),
+        faults.clone(),
+    )
+    .unwrap();
+    log.append(&make_batch(1, 5, 100, T0))
+        .unwrap()
+        .wait_durable()
+        .unwrap();
+    faults.hold_syncs();
+    let _release = ReleaseOnDrop(faults.clone());
+    let stalled = log.append(&make_batch(2, 2, 100, T0)).unwrap();
+    while faults.held_syncs() == 0 {
+        std::thread::yield_now();
+    }
+    let rolled = log.append(&make_batch(3, 2, 100, T0)).unwrap();
+    assert_eq!(log.segment_count(), 2);
+    faults.release_syncs();
+    stalled.wait_durable().unwrap();
+    rolled.wait_durable().unwrap();
+    assert_eq!(log.high_watermark(), rolled.last_offset + 1);
+    committer.shutdown();
+}
