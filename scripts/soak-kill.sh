@@ -18,7 +18,9 @@
 # $OUT/report.md.
 # Environment: OUT (target/soak-kill), SEED (drawn from the clock and printed), LOAD_S (6),
 # RATE (records/s over all producers, 5000), RECORD_SIZE (256), PARTITIONS (6),
-# RESTART_DELAY_S (0.5), NO_BUILD=1 (use target/release/sluice as it is), SLUICE (another
+# RESTART_DELAY_S (0.5), RECONNECT_BACKOFF_MAX_MS (1000: librdkafka's reconnect.backoff.max.ms
+# for every client; its default, 10000, lets a client whose connects were refused during a
+# restart stay away for up to ~10 s, which measures the client rather than the broker), NO_BUILD=1 (use target/release/sluice as it is), SLUICE (another
 # sluice binary to run, e.g. one built from a clean checkout; nothing is built then).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +32,7 @@ rate="${RATE:-5000}"
 record_size="${RECORD_SIZE:-256}"
 partitions="${PARTITIONS:-6}"
 restart_delay_s="${RESTART_DELAY_S:-0.5}"
+reconnect_backoff_max_ms="${RECONNECT_BACKOFF_MAX_MS:-1000}"
 out="${OUT:-$repo/target/soak-kill}"
 
 if [ -z "${SLUICE:-}" ] && [ "${NO_BUILD:-0}" != 1 ]; then
@@ -80,9 +83,13 @@ warmup_s = 0
 duration_s = $duration_s
 interval_s = 0.5
 
+[producer_config]
+"reconnect.backoff.max.ms" = "$reconnect_backoff_max_ms"
+
 [consumer_config]
 # Commit often, so that every cycle has commits for the offset check to see.
 "auto.commit.interval.ms" = "1000"
+"reconnect.backoff.max.ms" = "$reconnect_backoff_max_ms"
 
 [correctness]
 kills = $cycles
@@ -108,9 +115,9 @@ cat "$out/bench.txt"
 dir="$(sed -n 's/^results: //p' "$out/bench.txt")"
 if [ -n "$dir" ] && [ -f "$dir/campaign.json" ]; then
   python3 - "$dir/campaign.json" "$cycles" "$seed" "$load_s" "$rate" "$record_size" \
-    "$partitions" "$restart_delay_s" <<'PY' | tee "$out/report.md"
+    "$partitions" "$restart_delay_s" "$reconnect_backoff_max_ms" <<'PY' | tee "$out/report.md"
 import json, statistics, sys
-path, cycles, seed, load_s, rate, size, partitions, delay = sys.argv[1:]
+path, cycles, seed, load_s, rate, size, partitions, delay, backoff = sys.argv[1:]
 c = json.load(open(path))
 # The commit the binary was built from (`-dirty`: with uncommitted changes).
 commit = c["git_commit"]
@@ -125,7 +132,8 @@ def mmm(values):
     return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
 print(f"commit `{commit}`, {cycles} cycles, seed {seed}: {load_s} s of load per cycle "
       f"(0.5x-1.5x, random), {rate} records/s of {size} B over 2 idempotent acks=all producers, "
-      f"{partitions} partitions, one consumer group of 2, restart delay {delay} s")
+      f"{partitions} partitions, one consumer group of 2, restart delay {delay} s, "
+      f"clients' reconnect.backoff.max.ms {backoff}")
 print()
 print("| | |")
 print("|---|---|")
