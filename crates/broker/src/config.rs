@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use sluice_log::DiskFaults;
+
 /// A partition's log settings: [`BrokerConfig::log`], and what a
 /// [`PartitionOpener`](crate::storage::PartitionOpener) opens a partition with.
 pub use sluice_log::LogConfig;
@@ -54,6 +56,11 @@ pub struct BrokerConfig {
     pub memory_limit: usize,
     /// Consumer-group settings.
     pub groups: sluice_groups::GroupConfig,
+    /// The disk fault seam every local partition log and the group store go through:
+    /// [`DiskFaults::none`] (the real I/O, unchanged) except in tests, which pass a fault plan
+    /// or a simulated disk (`tests/simulation.rs`). Topic metadata, producer-id blocks and
+    /// quotas are written with real fsyncs, outside the seam.
+    pub disk_faults: DiskFaults,
 }
 
 impl BrokerConfig {
@@ -77,6 +84,7 @@ impl BrokerConfig {
             fetch_max_bytes: FETCH_MAX_BYTES_DEFAULT,
             memory_limit: crate::memory::MEMORY_LIMIT_DEFAULT,
             groups: sluice_groups::GroupConfig::default(),
+            disk_faults: DiskFaults::none(),
         }
     }
 

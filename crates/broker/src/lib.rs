@@ -359,12 +359,17 @@ impl Broker {
         clock: &Arc<dyn Clock>,
         journal: &sluice_storage::Journal,
     ) -> Result<Arc<groups::Coordinator>, OpenError> {
-        let groups = groups::Coordinator::open(
+        let options = groups::StoreOptions {
+            journal: journal.clone(),
+            faults: config.disk_faults.clone(),
+            ..groups::StoreOptions::default()
+        };
+        let groups = groups::Coordinator::open_with_options(
             &config.data_dir,
             committer,
             config.groups.clone(),
             Arc::clone(clock),
-            journal.clone(),
+            options,
         )?;
         Ok(Arc::new(groups))
     }

@@ -518,11 +518,12 @@ impl TopicRegistry {
             // staging directory. The logs are dropped unopened-for-use and reopened after the
             // rename (an empty log's recovery writes nothing). A backend makes its own.
             for p in (0..partitions).filter(|_| self.backend.is_none()) {
-                PartitionLog::open(
+                PartitionLog::open_with(
                     staging.join(p.to_string()),
                     log_config,
                     committer,
                     Arc::clone(clock),
+                    broker.disk_faults.clone(),
                 )?;
             }
             sync_dir(&staging).inspect_err(noted).map(|()| bytes)
@@ -716,13 +717,14 @@ fn open_partition(
     id: Uuid,
     p: i32,
     log_config: sluice_log::LogConfig,
-    (_, committer, clock, backend): Opening<'_>,
+    (broker, committer, clock, backend): Opening<'_>,
 ) -> Result<(Arc<dyn PartitionStorage>, PartitionProducers), TopicError> {
     if let Some(backend) = backend {
         return open_backend_partition(backend, id, p, log_config);
     }
     let (path, clock) = (dir.join(p.to_string()), Arc::clone(clock));
-    let log = PartitionLog::open(path, log_config, committer, clock)?;
+    let faults = broker.disk_faults.clone();
+    let log = PartitionLog::open_with(path, log_config, committer, clock, faults)?;
     let state = PartitionProducers::load(&log);
     Ok((Arc::new(log), state))
 }

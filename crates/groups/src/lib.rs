@@ -434,7 +434,24 @@ impl Coordinator {
         clock: Arc<dyn Clock>,
         journal: sluice_storage::Journal,
     ) -> Result<Coordinator, StoreError> {
-        let (store, mut recovered) = GroupStore::open_with_committer(data_dir, committer, journal)?;
+        let options = StoreOptions {
+            journal,
+            ..StoreOptions::default()
+        };
+        Self::open_with_options(data_dir, committer, config, clock, options)
+    }
+
+    /// [`Coordinator::open`] with every option of the group store (a journal, the disk fault
+    /// seam, the compaction threshold).
+    pub fn open_with_options(
+        data_dir: &Path,
+        committer: &GroupCommitter,
+        config: GroupConfig,
+        clock: Arc<dyn Clock>,
+        options: StoreOptions,
+    ) -> Result<Coordinator, StoreError> {
+        let (store, mut recovered) =
+            GroupStore::open_with_options(data_dir, Some(committer), options)?;
         let now = clock.now_ms();
         let mut groups = HashMap::new();
         let ids: BTreeSet<String> = recovered
