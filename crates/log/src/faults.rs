@@ -9,7 +9,8 @@
 //! real I/O then runs exactly as without the seam.
 //!
 //! The seam's methods ([`DiskFaults::write`], [`DiskFaults::truncated`], [`DiskFaults::create`],
-//! [`DiskFaults::rename`], [`DiskFaults::sync`], [`DiskFaults::sync_dir`]) are public so that
+//! [`DiskFaults::rename`], [`DiskFaults::remove`], [`DiskFaults::sync`],
+//! [`DiskFaults::sync_dir`]) are public so that
 //! other file layers of the data directory (the consumer-group store in `sluice-groups`) can be
 //! routed through the same plan as the partition logs.
 //!
@@ -494,6 +495,27 @@ impl DiskFaults {
         Ok(())
     }
 
+    /// Unlinks `path` with `real`, which must do exactly that. The model takes an unlink as
+    /// durable at once and forgets the file. After a power loss it fails with EIO and unlinks
+    /// nothing: an abandoned writer cleaning up (a failed compaction's temporary file) must not
+    /// touch the files the model has just rewritten.
+    pub fn remove(&self, path: &Path, real: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let Some(shared) = &self.0 else {
+            return real();
+        };
+        let mut plan = shared.lock();
+        let Some(sim) = &mut plan.sim else {
+            drop(plan);
+            return real();
+        };
+        if sim.dead {
+            return Err(eio());
+        }
+        real()?;
+        sim.files.remove(path);
+        Ok(())
+    }
+
     /// fdatasyncs or fsyncs the file `path` with `real`, unless the plan fails it first. A
     /// simulated plan records the file as durable instead of calling `real`.
     pub fn sync(&self, path: &Path, real: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
@@ -859,6 +881,18 @@ mod tests {
             }
         }
         assert!(undone > 0);
+    }
+
+    #[test]
+    fn a_dead_plan_removes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        fs::write(&a, b"data").unwrap();
+        let faults = DiskFaults::simulated(1);
+        faults.power_loss(1).unwrap();
+        let err = faults.remove(&a, || fs::remove_file(&a)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+        assert!(a.exists());
     }
 
     #[test]

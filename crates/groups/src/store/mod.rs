@@ -126,8 +126,8 @@
 //! partition logs use: [`DiskFaults::none`] in production (one branch per call, the real I/O
 //! unchanged), a fault plan or a simulated disk with power loss in tests
 //! (`tests/simulation.rs` of this crate; the broker's simulation passes one plan to its logs and
-//! its store). Reads (the replay at open) and unlinks (a leftover `groups.log.tmp`) are not
-//! routed: the model treats an unlink as durable at once.
+//! its store). Unlinks (of `groups.log.tmp`) go through it too; the model takes them as
+//! durable at once. Reads (the replay at open) do not.
 
 mod disk;
 mod encoding;
@@ -474,7 +474,7 @@ impl GroupStore {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_error("create", &dir)(e)),
         }
-        match fs::remove_file(&tmp_path) {
+        match faults.remove(&tmp_path, || fs::remove_file(&tmp_path)) {
             Ok(()) => tracing::info!(
                 path = %tmp_path.display(),
                 "deleted an unfinished group store compaction"
