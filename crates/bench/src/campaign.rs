@@ -467,6 +467,22 @@ fn storm_warnings(label: &str, repeat: u32, st: &crate::result::StormResult) -> 
              make requests time out (raise storm.overload or lower request_timeout_ms)"
         ));
     }
+    for ph in &st.phases {
+        let factor = match ph.phase.as_str() {
+            "storm" => st.overload,
+            "before" | "after" => st.after,
+            _ => continue,
+        };
+        let intended = factor * st.capacity_rps;
+        if ph.offered_rps < 0.97 * intended {
+            out.push(format!(
+                "{label} repeat {repeat}: in phase {} the generator offered {:.0} new records/s \
+                 (median) of the intended {intended:.0}/s: its clients' queues were full or it \
+                 fell behind",
+                ph.phase, ph.offered_rps
+            ));
+        }
+    }
     if st.unresolved > 0 {
         out.push(format!(
             "{label} repeat {repeat}: {} attempts had no delivery report when settling ended",

@@ -165,7 +165,6 @@ pub fn storm(ctx: &mut Context<'_>, w: &Workload, repeat: u32) -> Result<RunResu
             result.produce_mbps = result.produce_rps * w.record_size as f64 / 1e6;
         }
         result.ack_latency = stats::latency(&all_acks);
-        result.generator_saturated = intended_short;
         result.intervals = rows.iter().map(|r| as_interval(r, w.record_size)).collect();
         let recovery_s = series::recovery_s(&rows, s.recovered_fraction, s.recovered_hold_s);
         let mut producer_config = std::collections::BTreeMap::new();

@@ -344,6 +344,10 @@ struct Job {
 
 /// Shortest sleep between sends (see `driver::MIN_SLEEP`).
 const MIN_SLEEP: Duration = Duration::from_micros(200);
+/// How long a producer whose client refused a record serves delivery reports before it sends
+/// again (see `driver::QUEUE_FULL_POLL`; shorter here, since the re-sends are meant to be
+/// aggressive).
+const QUEUE_FULL_POLL: Duration = Duration::from_millis(5);
 
 impl Job {
     fn run(self) {
@@ -366,18 +370,33 @@ impl Job {
                 start = Instant::now();
                 scheduled = 0;
             }
-            // Re-sends first, at once: the ones queued so far (a re-send refused again goes to
-            // the back of the queue for the next pass, so a full queue cannot spin here).
+            // Re-sends first, at once: the ones queued so far. A send the client refuses (its
+            // queue is full) is a failed attempt too, but the pass stops there and the thread
+            // serves delivery reports for a while: re-sending into a full queue again and again
+            // would only burn the CPU the broker shares with this generator.
+            let mut full = false;
             batch.extend(self.producer.context().resend().drain(..));
-            for a in batch.drain(..) {
+            let mut pending = batch.drain(..);
+            for a in pending.by_ref() {
                 self.shared
                     .series()
                     .at(self.shared.second_of(now_ns()))
                     .resent += 1;
-                self.send(a, &mut value, &filler, &mut key);
+                if !self.send(a, &mut value, &filler, &mut key) {
+                    full = true;
+                    break;
+                }
+            }
+            // Not attempted yet: back to the front of the queue, in order.
+            let rest: Vec<Attempt> = pending.collect();
+            if !rest.is_empty() {
+                let mut queue = self.producer.context().resend();
+                for a in rest.into_iter().rev() {
+                    queue.push_front(a);
+                }
             }
             // New records due by now.
-            if rate > 0.0 {
+            if rate > 0.0 && !full {
                 let due = (start.elapsed().as_secs_f64() * rate) as u64 + 1;
                 let mut sent_here = 0u32;
                 while scheduled < due {
@@ -397,11 +416,15 @@ impl Job {
                         .series()
                         .at(self.shared.second_of(intended_ns))
                         .new_records += 1;
-                    self.send(a, &mut value, &filler, &mut key);
+                    let accepted = self.send(a, &mut value, &filler, &mut key);
                     seq += 1;
                     scheduled += 1;
                     topic_turn = topic_turn.wrapping_add(1);
                     sent_here += 1;
+                    if !accepted {
+                        full = true;
+                        break;
+                    }
                     if sent_here.is_multiple_of(512) {
                         self.producer.poll(Duration::ZERO);
                     }
@@ -410,7 +433,9 @@ impl Job {
                     }
                 }
             }
-            let wait = if rate > 0.0 {
+            let wait = if full {
+                QUEUE_FULL_POLL
+            } else if rate > 0.0 {
                 let next = start + Duration::from_secs_f64(scheduled as f64 / rate);
                 next.saturating_duration_since(Instant::now())
                     .min(Duration::from_millis(5))
@@ -432,8 +457,9 @@ impl Job {
         self.producer.poll(Duration::ZERO);
     }
 
-    /// Enqueues one attempt; if the client refuses it, that attempt has failed.
-    fn send(&self, a: Attempt, value: &mut [u8], filler: &[u8], key: &mut String) {
+    /// Enqueues one attempt; if the client refuses it, that attempt has failed (and is queued
+    /// for its re-send, or given up), and this returns false.
+    fn send(&self, a: Attempt, value: &mut [u8], filler: &[u8], key: &mut String) -> bool {
         payload::encode(
             value,
             Header {
@@ -451,10 +477,14 @@ impl Job {
             let _ = write!(key, "key-{}", a.seq.wrapping_mul(2_654_435_761) % space);
             record = record.key(key.as_str());
         }
-        if let Err((_, record)) = self.producer.send(record) {
-            let a = *record.delivery_opaque;
-            let mut resend = self.producer.context().resend();
-            self.shared.failed(a, false, &mut resend);
+        match self.producer.send(record) {
+            Ok(()) => true,
+            Err((_, record)) => {
+                let a = *record.delivery_opaque;
+                let mut resend = self.producer.context().resend();
+                self.shared.failed(a, false, &mut resend);
+                false
+            }
         }
     }
 }
