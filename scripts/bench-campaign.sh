@@ -14,7 +14,10 @@
 #   scripts/bench-campaign.sh                 # everything
 #   CASES="fixed-20mbps max-100b" scripts/bench-campaign.sh
 #   BROKERS="sluice" scripts/bench-campaign.sh
-# Environment: OUT (target/bench-campaign), CASES, BROKERS (kafka sluice), KAFKA_BASELINE_DIR.
+# Environment: OUT (target/bench-campaign), CASES, BROKERS (kafka sluice), KAFKA_BASELINE_DIR,
+# BROKER_CPUS and CLIENT_CPUS (taskset CPU lists, e.g. BROKER_CPUS=1 CLIENT_CPUS=0: the broker
+# and the load generator on separate cores, so that overloading the broker does not first
+# starve the generator; default: no pinning).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -26,6 +29,12 @@ cases="${CASES:-explore-1kib fixed-20mbps max-100b drain-2gib correctness-kills 
 brokers="${BROKERS:-kafka sluice}"
 mkdir -p "$out"
 echo "commit: $(git rev-parse --short HEAD); nproc=$(nproc); memory=$(free -g | awk '/^Mem:/{print $2}') GiB;$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" | tee "$out/machine.txt" >&2
+
+# Prefixes that run a command on BROKER_CPUS / CLIENT_CPUS when given (taskset execs the command,
+# so a PID taken with $! is the broker's; children inherit the affinity).
+on_broker_cpus=(); [ -n "${BROKER_CPUS:-}" ] && on_broker_cpus=(taskset -c "$BROKER_CPUS")
+on_client_cpus=(); [ -n "${CLIENT_CPUS:-}" ] && on_client_cpus=(taskset -c "$CLIENT_CPUS")
+echo "broker CPUs: ${BROKER_CPUS:-any}; load generator CPUs: ${CLIENT_CPUS:-any}" | tee -a "$out/machine.txt" >&2
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 mode_of() {
@@ -57,13 +66,13 @@ start_kafka() {
   kafka_home="$(mktemp -d "$repo/target/campaign-kafka-XXXX")"
   port="$(free_port)"
   KB_HOME="$kafka_home" KAFKA_PORT="$port" KAFKA_CONTROLLER_PORT="$(free_port)" \
-    "$KAFKA_BASELINE_DIR/start.sh" --fresh >/dev/null
+    "${on_broker_cpus[@]}" "$KAFKA_BASELINE_DIR/start.sh" --fresh >/dev/null
   bootstrap="127.0.0.1:$port"
 }
 start_sluice() {
   sluice_home="$(mktemp -d "$repo/target/campaign-sluice-XXXX")"
   port="$(free_port)"
-  "$sluice" serve --data-dir "$sluice_home/data" --kafka-addr "127.0.0.1:$port" --http-addr off \
+  "${on_broker_cpus[@]}" "$sluice" serve --data-dir "$sluice_home/data" --kafka-addr "127.0.0.1:$port" --http-addr off \
     --group-initial-rebalance-delay-ms 0 >"$sluice_home/sluice.log" 2>&1 &
   sluice_pid=$!
   for _ in $(seq 1 300); do grep -q "kafka listening on" "$sluice_home/sluice.log" && break; sleep 0.1; done
@@ -92,7 +101,7 @@ for case in $cases; do
     else
       start_sluice; label="sluice"; version="$("$sluice" --version)"
     fi
-    "$sluice" bench "$mode" "$file" --bootstrap "$bootstrap" --out "$out/$broker" \
+    "${on_client_cpus[@]}" "$sluice" bench "$mode" "$file" --bootstrap "$bootstrap" --out "$out/$broker" \
       --broker-label "$label" --broker-version "$version" | tee "$out/$case-$broker.txt"
     dirs+=("$(sed -n 's/^results: //p' "$out/$case-$broker.txt")")
     cleanup

@@ -44,7 +44,7 @@ impl Default for Storm {
     fn default() -> Self {
         Self {
             capacity: Capacity::Probe,
-            probe_s: 12.0,
+            probe_s: 20.0,
             overload: 2.0,
             after: 0.5,
             before_s: 10.0,

@@ -248,12 +248,12 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
-/// The capacity from a closed-loop probe's per-second acknowledged rates: the median, leaving
-/// out the first two seconds (connections, metadata, the first batches) when at least five
-/// remain. `None` when nothing was acknowledged.
+/// The capacity from a closed-loop probe's per-second acknowledged rates: the median of the
+/// second half (the first half warms up: connections, the first batches, a JVM broker's
+/// compiler), or of all of them when fewer than six. `None` when nothing was acknowledged.
 pub fn probe_capacity(per_second_acked: &[f64]) -> Option<f64> {
-    let steady = if per_second_acked.len() >= 7 {
-        &per_second_acked[2..]
+    let steady = if per_second_acked.len() >= 6 {
+        &per_second_acked[per_second_acked.len() / 2..]
     } else {
         per_second_acked
     };
@@ -392,10 +392,10 @@ mod tests {
         assert_eq!(m[1].ack_p99_ms, Some(2.0));
         assert_eq!(median(&[]), 0.0);
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
-        // The first two seconds of a long enough probe are left out.
+        // The first half of a long enough probe is left out.
         assert_eq!(
-            probe_capacity(&[10.0, 500.0, 1000.0, 1100.0, 900.0, 1000.0, 1050.0]),
-            Some(1000.0)
+            probe_capacity(&[10.0, 500.0, 600.0, 1100.0, 900.0, 1000.0, 1050.0]),
+            Some(1025.0)
         );
         assert_eq!(probe_capacity(&[10.0, 20.0, 30.0]), Some(20.0));
         assert_eq!(probe_capacity(&[0.0, 0.0]), None);
