@@ -232,15 +232,56 @@ fn drain_times_consumers_reading_a_backlog() {
     );
 }
 
+/// Sets `producer_byte_rate` for every client id without a quota of its own.
+fn default_produce_quota(port: u16, bytes_per_s: f64) {
+    use sluice_protocol::kafka_protocol::messages::{
+        AlterClientQuotasRequest, ApiKey, RequestKind, ResponseKind, alter_client_quotas_request,
+    };
+    use sluice_protocol::kafka_protocol::protocol::StrBytes;
+    let entry = alter_client_quotas_request::EntryData::default()
+        .with_entity(vec![
+            alter_client_quotas_request::EntityData::default()
+                .with_entity_type(StrBytes::from_static_str("client-id"))
+                .with_entity_name(None),
+        ])
+        .with_ops(vec![
+            alter_client_quotas_request::OpData::default()
+                .with_key(StrBytes::from_static_str("producer_byte_rate"))
+                .with_value(bytes_per_s),
+        ]);
+    let body = RequestKind::AlterClientQuotas(
+        AlterClientQuotasRequest::default().with_entries(vec![entry]),
+    );
+    match common::kafka_call(port, ApiKey::AlterClientQuotas, 1, body) {
+        ResponseKind::AlterClientQuotas(r) => {
+            assert!(r.entries.iter().all(|e| e.error_code == 0), "{r:?}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 #[test]
 fn storm_probes_capacity_then_counts_every_second_and_the_recovery() {
     let server = Server::start_fresh();
+    // The broker's capacity is made small and known with a default produce quota (1 MB/s per
+    // client id, about 3,000 records/s of 256 B per producer, in batches of at most 16 KiB so
+    // that each throttle is short): unthrottled, a fast machine acknowledges more than the
+    // generator can offer at 1.5x, and no storm forms.
+    let port: u16 = server
+        .bootstrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    default_produce_quota(port, 1_000_000.0);
     let tmp = tempfile::tempdir().unwrap();
     // A short storm: 3 s probe, 2 s before, 3 s storm, 4 s after; the probe caps the rate so
     // that a debug build on a shared machine is not pushed into minutes of backlog.
     let workload = "name = \"smoke-storm\"\npartitions = 3\nproducers = 2\nconsumers = 0\n\
                     record_size = 256\nidempotence = false\n\
                     [producer_config]\n\"queue.buffering.max.messages\" = \"2000\"\n\
+                    \"batch.size\" = \"16384\"\n\
                     [storm]\nprobe_s = 3\nbefore_s = 2\nstorm_s = 3\nafter_s = 4\n\
                     overload = 1.5\nafter = 0.25\nrecovered_hold_s = 1\nsettle_timeout_s = 20\n";
     let (dir, stdout) = campaign(
