@@ -80,6 +80,7 @@ mod partition;
 mod recovery;
 mod segment;
 mod space;
+mod start;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use commit::{
@@ -103,3 +104,4 @@ pub use space::{
     DataDirSpace, FsSpace, RECHECK_INTERVAL, ROOM_BYTES_MAX, SpaceStatus, TRANSITION_LOG_INTERVAL,
     statvfs,
 };
+pub use start::LOG_START_FILE;

@@ -70,6 +70,9 @@ struct State {
     config: LogConfig,
     /// Oldest first; the last one is active. Never empty while open.
     segments: VecDeque<Segment>,
+    /// The log start DeleteRecords set (checkpointed in `log-start`; see `start.rs`); the log
+    /// starts at this or at the oldest segment's base, whichever is higher.
+    start_floor: i64,
     durable: DurablePoint,
     /// Sum of segment sizes.
     size_bytes: u64,
@@ -94,7 +97,10 @@ impl State {
             .expect("a log always has an active segment")
     }
     fn log_start(&self) -> i64 {
-        self.segments.front().map_or(0, |s| s.base_offset)
+        self.segments
+            .front()
+            .map_or(0, |s| s.base_offset)
+            .max(self.start_floor)
     }
     /// Bytes of `segment` that readers may see.
     fn readable_limit(&self, segment: &Segment) -> u64 {
@@ -132,6 +138,10 @@ pub(crate) struct PartitionShared {
     commit: CommitHandle,
     clock: Arc<dyn Clock>,
     faults: DiskFaults,
+    /// Held by [`PartitionLog::delete_records`] across its checkpoint write, so that two calls
+    /// write their checkpoints in the order they move the start (the state lock is not held
+    /// across that I/O: appends go on meanwhile).
+    start_moves: Mutex<()>,
 }
 
 /// A durable, segmented log for one partition. Cheap to clone; clones share the log.
@@ -221,6 +231,7 @@ impl PartitionLog {
             state: Mutex::new(State {
                 config,
                 segments,
+                start_floor: recovered.start_floor,
                 durable,
                 size_bytes,
                 closed: false,
@@ -234,6 +245,7 @@ impl PartitionLog {
             commit: committer.handle(),
             clock,
             faults,
+            start_moves: Mutex::new(()),
         });
         Ok(PartitionLog {
             shared,
@@ -382,7 +394,10 @@ impl PartitionLog {
                         position: pos,
                         source,
                     })?;
-                    return Ok(view.first_offset_with_timestamp_at_least(timestamp));
+                    let log_start = st.log_start();
+                    return Ok(view
+                        .first_offset_with_timestamp_at_least(timestamp)
+                        .map(|(offset, ts)| (offset.max(log_start), ts)));
                 }
                 pos += len;
             }
@@ -497,6 +512,58 @@ impl PartitionLog {
             );
         }
         Ok(outcome)
+    }
+
+    /// Moves the log start up to `before` (Kafka's DeleteRecords): records below it are no
+    /// longer served (reads there are [`LogError::OffsetOutOfRange`]), and sealed segments
+    /// wholly below it are deleted. Returns the log start after the call (the "low watermark").
+    ///
+    /// Durability: on return the new start is checkpointed (fdatasync, rename, directory fsync;
+    /// see `start.rs`) and survives a crash; the segments go after that, and recovery finishes
+    /// their deletion if a crash comes first. `before` at or below the current start changes
+    /// nothing; past the high watermark is [`LogError::OffsetOutOfRange`] (only durable records
+    /// can be deleted). Refused on a failed partition ([`LogError::Failed`]), like appends.
+    pub fn delete_records(&self, before: i64) -> Result<i64> {
+        let _one_at_a_time = self.shared.start_moves.lock().expect("start lock poisoned");
+        {
+            let st = self.lock_writable()?;
+            let (log_start, high_watermark) = (st.log_start(), st.durable.offset);
+            if before > high_watermark || before < 0 {
+                return Err(LogError::OffsetOutOfRange {
+                    requested: before,
+                    log_start,
+                    high_watermark,
+                });
+            }
+            if before <= log_start {
+                return Ok(log_start);
+            }
+        }
+        crate::start::write(&self.shared.dir, before, &self.shared.faults)?;
+        let mut st = self.lock_readable()?;
+        st.start_floor = st.start_floor.max(before);
+        let mut deleted = Vec::new();
+        while st.segments.len() > 1 && st.segments[1].base_offset <= st.start_floor {
+            let seg = st.segments.pop_front().expect("len > 1");
+            st.size_bytes -= seg.size;
+            deleted.push(seg.base_offset);
+        }
+        let log_start = st.log_start();
+        drop(st);
+        if !deleted.is_empty() {
+            // Readers holding a segment's file keep reading it after the unlink.
+            for base in &deleted {
+                recovery::delete_segment_files(&self.shared.dir, *base)?;
+            }
+            recovery::sync_dir(&self.shared.dir, &self.shared.faults)?;
+        }
+        tracing::info!(
+            partition = %self.shared.dir.display(),
+            log_start,
+            deleted_segments = deleted.len(),
+            "records deleted: the log start moved"
+        );
+        Ok(log_start)
     }
 
     /// Makes everything durable, writes the active segment's indexes and the clean-shutdown

@@ -22,6 +22,9 @@
 //! | batch whose base offset is not the expected next offset | truncate at that batch | error: corrupt       |
 //! | empty segment                                 | keep as the active segment    | delete it                 |
 //! | stray `*.tmp`, index without a segment        | deleted                       | deleted                   |
+//! | segment wholly below the `log-start` checkpoint (DeleteRecords; see `start.rs`) | kept (the active segment is never deleted) | deleted |
+//! | `log-start` checkpoint past the end of the log | lowered to the end, with a warning | —                       |
+//! | `log-start` checkpoint not one offset and a newline | error: corrupt            | error: corrupt            |
 //!
 //! A failed append on a full disk is cut back at once (see `segment.rs`); only a crash between
 //! the partial write and the cut can leave its bytes behind, and then they are a torn tail of
@@ -84,12 +87,19 @@ pub enum RecoveryAction {
     DeletedEmptySegment { segment: PathBuf },
     /// A leftover file (temporary file, index without a segment) was deleted.
     DeletedStrayFile { path: PathBuf },
+    /// A segment wholly below the checkpointed log start (DeleteRecords) was deleted: a crash
+    /// came between the checkpoint and the unlink.
+    DeletedBelowLogStart { segment: PathBuf, log_start: i64 },
+    /// The checkpointed log start was past the end of the log and was lowered to it.
+    LoweredLogStart { from: i64, to: i64 },
 }
 
 /// Segments of a recovered partition, oldest first, plus what was done.
 #[derive(Debug)]
 pub(crate) struct Recovered {
     pub segments: Vec<Segment>,
+    /// The checkpointed log start (see `start.rs`), within the segments' range; 0 if none.
+    pub start_floor: i64,
     pub report: RecoveryReport,
 }
 
@@ -163,6 +173,26 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, faults: &DiskFaults) -> Re
     if segments.is_empty() {
         segments.push(Segment::create(dir, 0, faults.clone())?);
     }
+    let mut start_floor = crate::start::read(dir)?.unwrap_or(0);
+    // A DeleteRecords checkpoints the new start before it deletes the segments below it.
+    while segments.len() > 1 && segments[1].base_offset <= start_floor {
+        let seg = segments.remove(0);
+        report.actions.push(RecoveryAction::DeletedBelowLogStart {
+            segment: seg.path.clone(),
+            log_start: start_floor,
+        });
+        delete_segment_files(dir, seg.base_offset)?;
+    }
+    let end = segments.last().expect("at least one segment").next_offset;
+    if start_floor > end {
+        // Only durable offsets are checkpointed, so this takes a log that lost data after the
+        // checkpoint (a restored backup, a hand-edited directory): serve what is there.
+        report.actions.push(RecoveryAction::LoweredLogStart {
+            from: start_floor,
+            to: end,
+        });
+        start_floor = end;
+    }
     // Everything now in the newest segment becomes readable, so make it durable first: the
     // process that wrote it may have died before its last fdatasync.
     let last = segments.last().expect("at least one segment");
@@ -177,7 +207,11 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, faults: &DiskFaults) -> Re
     for action in &report.actions {
         tracing::warn!(partition = %dir.display(), ?action, "recovery");
     }
-    Ok(Recovered { segments, report })
+    Ok(Recovered {
+        segments,
+        start_floor,
+        report,
+    })
 }
 
 fn recover_segment(

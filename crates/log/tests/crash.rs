@@ -716,6 +716,8 @@ fn action_kind(action: &RecoveryAction) -> &'static str {
         RecoveryAction::ExtendedIndexes { .. } => "extended indexes",
         RecoveryAction::DeletedEmptySegment { .. } => "deleted empty segment",
         RecoveryAction::DeletedStrayFile { .. } => "deleted stray file",
+        RecoveryAction::DeletedBelowLogStart { .. } => "deleted segment below log start",
+        RecoveryAction::LoweredLogStart { .. } => "lowered log start",
     }
 }
 
@@ -740,6 +742,12 @@ fn describe_actions(report: &RecoveryReport) -> String {
             RecoveryAction::DeletedEmptySegment { .. } => "deleted empty segment".to_owned(),
             RecoveryAction::DeletedStrayFile { path } => {
                 format!("deleted stray file {}", path.display())
+            }
+            RecoveryAction::DeletedBelowLogStart { log_start, .. } => {
+                format!("deleted segment below log start {log_start}")
+            }
+            RecoveryAction::LoweredLogStart { from, to } => {
+                format!("lowered log start {from} -> {to}")
             }
         })
         .collect();
