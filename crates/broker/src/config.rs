@@ -1,7 +1,8 @@
 //! Broker settings and per-topic configs.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use sluice_log::DiskFaults;
 
@@ -33,6 +34,10 @@ pub struct BrokerConfig {
     /// (a client on the SSL port gets SSL addresses). Empty, or an index past its end: the
     /// first listener's, `advertised_host:advertised_port`.
     pub advertised_listeners: Vec<(String, i32)>,
+    /// The id Metadata and DescribeCluster report: made once per cluster by
+    /// [`new_cluster_id`] and kept with its data (the data directory's [`CLUSTER_ID_FILE`],
+    /// the bucket, or the cluster's PostgreSQL database). [`BrokerConfig::new`] makes a new
+    /// one, which is what a broker opened without `sluice serve` (a test) reports.
     pub cluster_id: String,
     /// Create a topic when Metadata asks for an unknown one (and the client allows it).
     pub auto_create_topics: bool,
@@ -72,7 +77,7 @@ impl BrokerConfig {
             advertised_host: "127.0.0.1".to_owned(),
             advertised_port: 9092,
             advertised_listeners: Vec::new(),
-            cluster_id: "sluice".to_owned(),
+            cluster_id: new_cluster_id(),
             auto_create_topics: true,
             default_partitions: 1,
             partitions_per_topic_max: 10_000,
@@ -121,6 +126,119 @@ impl BrokerConfig {
         }
         Ok(())
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster id
+
+/// Characters of a cluster id: 16 bytes in URL-safe base64 without padding.
+pub const CLUSTER_ID_CHARS: usize = 22;
+
+/// The file in a local-mode data directory that holds its cluster id (one line).
+pub const CLUSTER_ID_FILE: &str = "cluster-id";
+
+/// The cluster id of `uuid`, as Kafka writes a `Uuid` (`kafka-storage random-uuid`): its 16
+/// bytes in URL-safe base64 without padding. `None` for the ids Kafka's `Uuid.randomUuid`
+/// never hands out: the reserved all-zero and 0..01 ids, and any whose text starts with `-`
+/// (it would read as an option on a command line, e.g. `kafka-storage format -t`).
+pub fn cluster_id_of(uuid: [u8; 16]) -> Option<String> {
+    use base64::Engine;
+    let value = u128::from_be_bytes(uuid);
+    if value == 0 || value == 1 {
+        return None;
+    }
+    let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid);
+    (!id.starts_with('-')).then_some(id)
+}
+
+/// A new random cluster id (a version 4 UUID, see [`cluster_id_of`]).
+pub fn new_cluster_id() -> String {
+    loop {
+        if let Some(id) = cluster_id_of(*uuid::Uuid::new_v4().as_bytes()) {
+            return id;
+        }
+    }
+}
+
+/// Checks that `id` is a cluster id as [`cluster_id_of`] writes them (any 16 bytes are
+/// accepted back, a leading `-` included: a cluster keeps the id it was given).
+pub fn check_cluster_id(id: &str) -> Result<(), ConfigError> {
+    use base64::Engine;
+    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(id);
+    match decoded {
+        Ok(bytes) if id.len() == CLUSTER_ID_CHARS && bytes.len() == 16 => Ok(()),
+        _ => Err(ConfigError(format!(
+            "{id:?} is not a cluster id ({CLUSTER_ID_CHARS} characters of URL-safe base64 \
+             encoding 16 bytes)"
+        ))),
+    }
+}
+
+/// Why the cluster id of a data directory could not be read or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterIdError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: {problem}; it names the cluster this data directory belongs to. Restore it \
+         from a backup, or delete it to give the data directory a new cluster id (clients \
+         will then see another cluster)"
+    )]
+    Corrupt { path: PathBuf, problem: String },
+}
+
+/// The cluster id of a local-mode data directory: read from its [`CLUSTER_ID_FILE`], or,
+/// when there is none (a new data directory, or one made before cluster ids were kept),
+/// `new()` written there first. Returns the id and whether it was made now.
+///
+/// Durability: when this returns a new id, the file is fsynced and its directory entry too
+/// (temporary file, fsync, rename, fsync of the directory), so a crash never leaves a torn
+/// or empty file under the real name and a restart reports the same id. A file that is not
+/// a cluster id is an error, never silently replaced: that would change the cluster's id.
+pub fn load_or_create_cluster_id(
+    data_dir: &Path,
+    new: impl FnOnce() -> String,
+) -> Result<(String, bool), ClusterIdError> {
+    let path = data_dir.join(CLUSTER_ID_FILE);
+    let io = |op, path: &Path| {
+        let path = path.to_owned();
+        move |source| ClusterIdError::Io { op, path, source }
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let text = String::from_utf8(bytes).map_err(|_| ClusterIdError::Corrupt {
+                path: path.clone(),
+                problem: "not UTF-8 text".to_owned(),
+            })?;
+            let id = text.trim_end_matches('\n');
+            check_cluster_id(id).map_err(|e| ClusterIdError::Corrupt {
+                path: path.clone(),
+                problem: e.0,
+            })?;
+            return Ok((id.to_owned(), false));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("read", &path)(e)),
+    }
+    let id = new();
+    std::fs::create_dir_all(data_dir).map_err(io("create", data_dir))?;
+    // A stale temporary file of a crashed earlier start is simply overwritten.
+    let tmp = data_dir.join(format!("{CLUSTER_ID_FILE}.tmp"));
+    let mut file = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    file.write_all(format!("{id}\n").as_bytes())
+        .map_err(io("write", &tmp))?;
+    file.sync_all().map_err(io("fsync", &tmp))?;
+    drop(file);
+    std::fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
+    std::fs::File::open(data_dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io("fsync", data_dir))?;
+    Ok((id, true))
 }
 
 /// The topic-level configs Sluice implements, with their Kafka names.
@@ -275,8 +393,76 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cluster_ids_look_like_kafkas() {
+        // Kafka's own example: `kafka-storage random-uuid` prints ids like this one.
+        check_cluster_id("335OOKqZSOKbRagAbe-eRQ").unwrap();
+        for _ in 0..1000 {
+            let id = new_cluster_id();
+            assert_eq!(id.len(), CLUSTER_ID_CHARS, "{id}");
+            assert!(
+                id.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
+                "{id}"
+            );
+            assert!(!id.starts_with('-'), "{id}");
+            check_cluster_id(&id).unwrap();
+        }
+        assert_ne!(new_cluster_id(), new_cluster_id());
+        // What Kafka's Uuid.randomUuid never returns.
+        assert_eq!(cluster_id_of([0; 16]), None);
+        let mut one = [0; 16];
+        one[15] = 1;
+        assert_eq!(cluster_id_of(one), None);
+        assert_eq!(cluster_id_of([0xf8; 16]), None, "starts with '-'");
+        assert_eq!(cluster_id_of([0xfb; 16]), None, "starts with '-'");
+        // A leading '-' is only refused when making an id: a stored one is read back.
+        check_cluster_id("-_v7-_v7-_v7-_v7-_v7-w").unwrap();
+        assert_eq!(
+            cluster_id_of(*b"0123456789abcdef").as_deref(),
+            Some("MDEyMzQ1Njc4OWFiY2RlZg")
+        );
+        for bad in [
+            "",
+            "sluice",
+            "MDEyMzQ1Njc4OWFiY2RlZg=",
+            "MDEyMzQ1Njc4OWFiY2RlZ+",
+            "MDEyMzQ1Njc4OWFiY2RlZgAA",
+        ] {
+            assert!(check_cluster_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_data_directory_keeps_its_cluster_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let (id, created) = load_or_create_cluster_id(&data, new_cluster_id).unwrap();
+        assert!(created);
+        let (again, created) =
+            load_or_create_cluster_id(&data, || unreachable!("the file is there")).unwrap();
+        assert_eq!((again.as_str(), created), (id.as_str(), false));
+        assert_eq!(
+            std::fs::read_to_string(data.join(CLUSTER_ID_FILE)).unwrap(),
+            format!("{id}\n")
+        );
+        assert!(!data.join("cluster-id.tmp").exists());
+
+        for corrupt in [
+            &b""[..],
+            b"sluice\n",
+            b"\xff\xfe",
+            b"MDEyMzQ1Njc4OWFiY2RlZg\nmore\n",
+        ] {
+            std::fs::write(data.join(CLUSTER_ID_FILE), corrupt).unwrap();
+            let e = load_or_create_cluster_id(&data, new_cluster_id).unwrap_err();
+            assert!(matches!(e, ClusterIdError::Corrupt { .. }), "{e}");
+            assert!(e.to_string().contains("cluster-id"), "{e}");
+        }
+    }
+
+    #[test]
     fn broker_config_validate_names_the_setting_to_fix() {
-        let dir = std::path::Path::new("/nonexistent");
+        let dir = Path::new("/nonexistent");
         assert_eq!(BrokerConfig::new(dir).validate(), Ok(()));
         let refused = |change: fn(&mut BrokerConfig)| {
             let mut c = BrokerConfig::new(dir);

@@ -187,6 +187,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             // The users and ACLs are the bucket's now.
             (sasl_state, authorizer_state) = open_security()?;
         }
+        // The cluster id: the bucket's in object-storage mode, the data directory's on local
+        // disk. (In cluster mode, the metadata database's: Broker::open_cluster sets it.)
+        if let Some(backend) = &backend {
+            broker_config.cluster_id = backend
+                .bind_cluster_id(&sluice_broker::config::new_cluster_id(), |id| {
+                    sluice_broker::config::check_cluster_id(id).map_err(|e| e.0)
+                })
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        } else if joined.is_none() {
+            let (id, created) = sluice_broker::config::load_or_create_cluster_id(
+                &data_dir,
+                sluice_broker::config::new_cluster_id,
+            )?;
+            if created {
+                tracing::info!(cluster_id = %id, "new cluster id for data directory {}", data_dir.display());
+            }
+            broker_config.cluster_id = id;
+        }
         let (sasl, authorizer) = (sasl_state, authorizer_state);
         let opener = backend.clone().map(|b| b as Arc<dyn sluice_broker::storage::PartitionOpener>);
         let cluster = joined.as_ref().map(|j| {
@@ -267,6 +286,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         broker.start_cluster_sync();
         tracing::info!(
             data_dir = %broker.config().data_dir.display(),
+            cluster_id = %broker.config().cluster_id,
             topics = broker.topics().all().len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "opened data directory"

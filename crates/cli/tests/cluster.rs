@@ -51,6 +51,13 @@ fn written_through_one_broker_read_through_another() {
     let a = start(&minio, &pg, "c1");
     let b = start(&minio, &pg, "c1");
     assert_eq!(a.log_lines_with("metadata: postgres://127.0.0.1:").len(), 1);
+    let id = common::cluster_id(a.port);
+    sluice_broker::config::check_cluster_id(&id).unwrap();
+    assert_eq!(
+        common::cluster_id(b.port),
+        id,
+        "two brokers, two cluster ids"
+    );
     assert!(
         a.log_lines_with(pg.password()).is_empty(),
         "the password was logged"

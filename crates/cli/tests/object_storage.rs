@@ -116,11 +116,17 @@ fn the_bucket_alone_brings_back_records_topics_and_committed_offsets() {
     // Every read so far was a tail read: served from memory, no GET.
     assert_eq!(value("sluice_object_gets_total"), 0.0);
     let describe = describe_offsets(&server, "billing");
+    let cluster_id = common::cluster_id(server.port);
 
     // The broker dies, and its whole data directory with it.
     sigkill(server);
 
     let server = start(&minio, "cluster-a", tempfile::tempdir().unwrap());
+    assert_eq!(
+        common::cluster_id(server.port),
+        cluster_id,
+        "the bucket keeps the cluster id"
+    );
     let topics = server.ok(&["topic", "list"], "").stdout;
     assert_eq!(topics, "audit\t1\norders\t3\n");
     assert_eq!(records(&server, "orders"), before);

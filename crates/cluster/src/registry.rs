@@ -228,27 +228,10 @@ fn normalize_storage_url(url: &str) -> String {
     redact(url.trim()).trim_end_matches('/').to_string()
 }
 
-/// A new cluster id: 16 random bytes as 22 characters of URL-safe base64 without padding.
+/// A new cluster id: 16 random bytes as 22 characters of URL-safe base64 without padding,
+/// made as Kafka makes them (the same as a local or object-storage broker's).
 pub fn new_cluster_id() -> String {
-    base64_url_no_pad(Uuid::new_v4().as_bytes())
-}
-
-fn base64_url_no_pad(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        // 1 byte gives 2 characters, 2 give 3, 3 give 4.
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
+    sluice_broker::config::new_cluster_id()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -862,26 +845,10 @@ mod tests {
     }
 
     #[test]
-    fn base64_matches_rfc_4648_url_alphabet() {
-        for (input, out) in [
-            ("", ""),
-            ("f", "Zg"),
-            ("fo", "Zm8"),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg"),
-            ("fooba", "Zm9vYmE"),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64_url_no_pad(input.as_bytes()), out);
-        }
-        assert_eq!(base64_url_no_pad(&[0xfb, 0xff]), "-_8");
+    fn cluster_ids_are_kafka_cluster_ids() {
         let id = new_cluster_id();
-        assert_eq!(id.len(), 22, "{id}");
-        assert!(
-            id.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
-            "{id}"
-        );
+        sluice_broker::config::check_cluster_id(&id).unwrap();
+        assert!(!id.starts_with('-'), "{id}");
         assert_ne!(id, new_cluster_id());
     }
 

@@ -39,6 +39,12 @@ pub const OBJSTORE_DIR: &str = "objstore";
 pub const INDEX_FILE: &str = "index.sqlite";
 /// The read cache's directory in it.
 pub const CACHE_DIR: &str = "cache";
+/// The object under the prefix that holds the cluster id (`PREFIX/cluster-id`), written once.
+pub const CLUSTER_ID_OBJECT: &str = "cluster-id";
+/// The most bytes a cluster id object may have (an id is 22 characters and a newline).
+const CLUSTER_ID_BYTES_MAX: u64 = 64;
+/// Bound on each request that creates or reads the cluster id object.
+const CLUSTER_ID_OP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything object-storage mode is configured with.
 #[derive(Debug, Clone)]
@@ -78,6 +84,8 @@ pub enum BackendError {
     LocalData(PathBuf),
     #[error("invalid object-storage settings: {0}")]
     Settings(String),
+    #[error("the cluster id in the bucket, {key}: {detail}")]
+    ClusterId { key: String, detail: String },
 }
 
 /// What the flusher's sink, the partitions and the journal share.
@@ -305,6 +313,74 @@ impl ObjectBackend {
             },
             report,
         ))
+    }
+
+    /// The cluster id kept in the bucket (`PREFIX/cluster-id`): `proposed` if this call made
+    /// the object (a new bucket or prefix), else what the object holds, once `check` accepts
+    /// it. The object is created if absent (`If-None-Match: *`, which the start check proved
+    /// the store honours), so of two brokers that ever raced to make it one wins and both
+    /// read the winner's; it is never rewritten, so a broker on a wiped data directory
+    /// reports the id it reported before. An object `check` refuses is an error, not a new id.
+    ///
+    /// Durability: when this returns, the id is in the bucket (a successful PUT, or read
+    /// from it).
+    pub async fn bind_cluster_id(
+        &self,
+        proposed: &str,
+        check: impl Fn(&str) -> Result<(), String>,
+    ) -> Result<String, BackendError> {
+        use object_store::{ObjectStoreExt, PutMode, PutPayload};
+        let bucket = &self.core.bucket;
+        let key = bucket.key(CLUSTER_ID_OBJECT);
+        let failed = |detail: String| BackendError::ClusterId {
+            key: key.to_string(),
+            detail,
+        };
+        let bounded = |op: &'static str| {
+            move |_| {
+                failed(format!(
+                    "no answer to the {op} within {CLUSTER_ID_OP_TIMEOUT:?}"
+                ))
+            }
+        };
+        let body = PutPayload::from(format!("{proposed}\n").into_bytes());
+        let created = tokio::time::timeout(
+            CLUSTER_ID_OP_TIMEOUT,
+            bucket.store().put_opts(&key, body, PutMode::Create.into()),
+        )
+        .await
+        .map_err(bounded("create"))?;
+        match created {
+            Ok(_) => return Ok(proposed.to_owned()),
+            Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => return Err(failed(format!("create: {e}"))),
+        }
+        let read = async {
+            let got = bucket.store().get(&key).await?;
+            if got.meta.size > CLUSTER_ID_BYTES_MAX {
+                return Ok(Err(got.meta.size));
+            }
+            got.bytes().await.map(Ok)
+        };
+        let body = tokio::time::timeout(CLUSTER_ID_OP_TIMEOUT, read)
+            .await
+            .map_err(bounded("read"))?
+            .map_err(|e| failed(format!("read: {e}")))?
+            .map_err(|size| {
+                failed(format!(
+                    "{size} bytes, more than the {CLUSTER_ID_BYTES_MAX} a cluster id has"
+                ))
+            })?;
+        let id = std::str::from_utf8(&body)
+            .map_err(|_| failed("not UTF-8 text".to_owned()))?
+            .trim_end_matches('\n');
+        check(id).map_err(|e| {
+            failed(format!(
+                "{e}; it names the cluster this bucket holds: restore it, or delete it to give \
+                 the bucket a new cluster id (clients will then see another cluster)"
+            ))
+        })?;
+        Ok(id.to_owned())
     }
 
     /// Writes what is queued, waits for it, and releases the writer lease (clean shutdown).

@@ -358,3 +358,36 @@ pub fn kafka_call_on(
         .unwrap()
         .1
 }
+
+/// The cluster id the broker on `port` reports, by DescribeCluster, after checking that
+/// Metadata reports the same one.
+pub fn cluster_id(port: u16) -> String {
+    use sluice_protocol::kafka_protocol::messages::{
+        ApiKey, DescribeClusterRequest, MetadataRequest, RequestKind, ResponseKind,
+    };
+    let described = kafka_call(
+        port,
+        ApiKey::DescribeCluster,
+        1,
+        RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+    );
+    let ResponseKind::DescribeCluster(described) = described else {
+        panic!("{described:?}")
+    };
+    assert_eq!(described.error_code, 0, "{described:?}");
+    let id = described.cluster_id.to_string();
+    let metadata = kafka_call(
+        port,
+        ApiKey::Metadata,
+        12,
+        RequestKind::Metadata(MetadataRequest::default().with_topics(Some(Vec::new()))),
+    );
+    let ResponseKind::Metadata(metadata) = metadata else {
+        panic!("{metadata:?}")
+    };
+    assert_eq!(
+        metadata.cluster_id.as_ref().map(|s| s.as_str()),
+        Some(id.as_str())
+    );
+    id
+}
