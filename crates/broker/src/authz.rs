@@ -12,7 +12,7 @@
 //!
 //! The operation each API needs is Kafka's (`KafkaApis`): Produce WRITE on the topic; Fetch
 //! READ; ListOffsets and Metadata DESCRIBE, and a Metadata that would auto-create a topic
-//! CREATE on the cluster or the topic; CreateTopics CREATE; DeleteTopics DELETE;
+//! CREATE on the cluster or the topic; CreateTopics CREATE; DeleteTopics and DeleteRecords DELETE;
 //! CreatePartitions ALTER; DescribeConfigs DESCRIBE_CONFIGS and the Alter APIs ALTER_CONFIGS
 //! (on the topic, or on the cluster for broker configs); the group APIs READ (join, sync,
 //! heartbeat, leave, commit; and READ on each committed topic), DESCRIBE (find, describe,
@@ -245,6 +245,41 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
                 Rq::CreateTopics(req),
                 patch(move |r, _| {
                     if let ResponseKind::CreateTopics(r) = r {
+                        r.topics.extend(denied);
+                    }
+                }),
+            )
+        }
+        Rq::DeleteRecords(mut req) => {
+            let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+                s.may_topic(Op::Delete, &t.name)
+            });
+            req.topics = ok;
+            if denied.is_empty() {
+                return Gate::Pass(Rq::DeleteRecords(req), None);
+            }
+            let denied: Vec<_> = denied
+                .into_iter()
+                .map(|t| {
+                    delete_records_response::DeleteRecordsTopicResult::default()
+                        .with_name(t.name)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    delete_records_response::DeleteRecordsPartitionResult::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_low_watermark(-1)
+                                        .with_error_code(TOPIC_DENIED)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            Gate::Pass(
+                Rq::DeleteRecords(req),
+                patch(move |r, _| {
+                    if let ResponseKind::DeleteRecords(r) = r {
                         r.topics.extend(denied);
                     }
                 }),

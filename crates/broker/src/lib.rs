@@ -778,6 +778,15 @@ impl Broker {
                 )))
             }
             .boxed(),
+            RequestKind::DeleteRecords(req) => async move {
+                if this.misses_catalog(req.topics.iter().map(|t| t.name.0.as_str())) {
+                    this.refresh_on_miss().await;
+                }
+                Some(ResponseKind::DeleteRecords(
+                    handlers::delete_records::handle(&this, req).await,
+                ))
+            }
+            .boxed(),
             RequestKind::InitProducerId(req) => handlers::init_producer_id::handle(self, req),
             RequestKind::FindCoordinator(req) => async move {
                 Some(ResponseKind::FindCoordinator(

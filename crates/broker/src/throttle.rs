@@ -23,6 +23,7 @@ pub fn set_throttle_time(body: &mut ResponseKind, ms: i32) {
         ApiVersions,
         CreateTopics,
         DeleteTopics,
+        DeleteRecords,
         DescribeConfigs,
         AlterConfigs,
         CreatePartitions,

@@ -148,6 +148,17 @@ impl PartitionStorage for FakePartition {
         Ok(())
     }
 
+    fn delete_records(&self, _before: i64) -> BoxFuture<'_, Result<i64, StorageError>> {
+        // This fake keeps every record; no test here deletes any.
+        let e = std::io::Error::other("the test partition does not delete records");
+        futures::future::ready(Err(StorageError::Io {
+            op: "delete records",
+            path: std::path::PathBuf::new(),
+            source: e,
+        }))
+        .boxed()
+    }
+
     fn producer_history(&self) -> Option<Vec<ProducerBatch>> {
         Some(self.state.lock().unwrap().2.clone())
     }

@@ -178,7 +178,7 @@ pub async fn run_round(
     stats.held = true;
     for p in partitions {
         if p.retention_ms.is_none() && p.retention_bytes.is_none() {
-            // Rows below a log start moved otherwise (none today) still go.
+            // Rows below a log start that DeleteRecords moved still go.
             stats.rows_deleted += delete_rows_below_start(db, p.topic_id, p.partition).await?;
             continue;
         }
@@ -303,6 +303,52 @@ pub async fn move_log_start(
         )
         .await?;
     Ok(n > 0)
+}
+
+/// What [`delete_records`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteRecords {
+    /// The log start is now this (moved, or already there or past it).
+    LogStart(i64),
+    /// `before` was past the partition's next offset (or negative): nothing changed.
+    OutOfRange { log_start: i64, next_offset: i64 },
+}
+
+/// Kafka's DeleteRecords: moves the partition's log start to `before` under the partition
+/// row's lock, unless it is already there or past it, or `before` is past the last committed
+/// offset. When it returns the move is committed; the cleaner deletes the index rows below it
+/// and frees their objects later, as after retention.
+pub async fn delete_records(
+    db: &Db,
+    topic_id: Uuid,
+    partition: i32,
+    before: i64,
+) -> Result<Option<DeleteRecords>, DbError> {
+    let client = db.client().await?;
+    let row = client
+        .query_opt(
+            "WITH moved AS ( \
+               UPDATE partitions SET log_start = $3 \
+               WHERE topic_id = $1 AND partition = $2 AND log_start < $3 AND $3 <= next_offset \
+               RETURNING log_start, next_offset) \
+             SELECT log_start, next_offset FROM moved \
+             UNION ALL \
+             SELECT log_start, next_offset FROM partitions \
+             WHERE topic_id = $1 AND partition = $2 AND NOT EXISTS (SELECT 1 FROM moved)",
+            &[&topic_id, &partition, &before],
+        )
+        .await?;
+    Ok(row.map(|r| {
+        let (log_start, next_offset): (i64, i64) = (r.get(0), r.get(1));
+        if before < 0 || before > next_offset {
+            DeleteRecords::OutOfRange {
+                log_start,
+                next_offset,
+            }
+        } else {
+            DeleteRecords::LogStart(log_start.max(before))
+        }
+    }))
 }
 
 /// Deletes the partition's index rows below its log start, [`ROWS_PER_DELETE`] per

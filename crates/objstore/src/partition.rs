@@ -560,6 +560,57 @@ impl PartitionStorage for ObjectPartition {
         Ok(())
     }
 
+    fn delete_records(&self, before: i64) -> BoxFuture<'_, Result<i64, StorageError>> {
+        // Under the lock, and no await: `None` once the in-memory start moved.
+        let moved = || -> Result<Option<i64>, StorageError> {
+            let mut st = self.lock_open()?;
+            if before < 0 || before > st.high_watermark {
+                return Err(LogError::OffsetOutOfRange {
+                    requested: before,
+                    log_start: st.log_start,
+                    high_watermark: st.high_watermark,
+                });
+            }
+            if before <= st.log_start {
+                return Ok(Some(st.log_start));
+            }
+            // Runs wholly below go now; the objects that held them are freed by the bucket's
+            // maintenance once no index row refers to them (as after retention).
+            while let Some((&last, run)) = st.runs.first_key_value() {
+                if last >= before {
+                    break;
+                }
+                st.size_bytes -= run.data_len;
+                st.runs.remove(&last);
+            }
+            st.log_start = before;
+            Ok(None)
+        };
+        let moved = moved();
+        async move {
+            if let Some(log_start) = moved? {
+                return Ok(log_start);
+            }
+            let ticket = self
+                .core
+                .flusher()
+                .add_meta(vec![MetaChange::LogStart {
+                    topic_id: self.topic_id,
+                    partition: self.partition,
+                    offset: before,
+                }])
+                .map_err(|e| self.store_error("record the deleted records of", e))?;
+            self.changed.notify_waiters();
+            ticket
+                .wait()
+                .await
+                .map_err(|e| self.store_error("write the deleted records of", e))?;
+            tracing::info!(partition = %self.label.display(), log_start = before, "records deleted: the log start moved");
+            Ok(self.lock().log_start)
+        }
+        .boxed()
+    }
+
     fn set_config(&self, config: LogConfig) -> Result<(), StorageError> {
         config.validate()?;
         *self.config.lock().expect("config lock") = config;

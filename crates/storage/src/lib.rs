@@ -82,6 +82,14 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
     /// Deletes the partition's data; waiters on unsynced appends get an error.
     fn delete(&self) -> Result<(), StorageError>;
 
+    /// Moves the log start up to `before` (Kafka's DeleteRecords): records below it are no
+    /// longer served, and the stored units wholly below it are freed (now or by the backend's
+    /// cleaner). Resolves with the log start after the call (the "low watermark") once the
+    /// move is durable: a crash after that never brings the records back. `before` at or
+    /// below the log start changes nothing; past the high watermark (or negative) is
+    /// [`StorageError::OffsetOutOfRange`].
+    fn delete_records(&self, before: i64) -> BoxFuture<'_, Result<i64, StorageError>>;
+
     /// Brings what a [`read`](Self::read) at `offset` would need into memory or onto local
     /// disk, when the backend keeps it elsewhere (an object store). `None` means a read now
     /// needs no I/O that waits: the local log always, an object store on a cache hit. Readers
@@ -352,6 +360,21 @@ impl PartitionStorage for PartitionLog {
 
     fn delete(&self) -> Result<(), StorageError> {
         PartitionLog::delete(self)
+    }
+
+    fn delete_records(&self, before: i64) -> BoxFuture<'_, Result<i64, StorageError>> {
+        // The checkpoint's fdatasync and the unlinks block: off the async threads.
+        let log = self.clone();
+        async move {
+            tokio::task::spawn_blocking(move || log.delete_records(before))
+                .await
+                .map_err(|e| StorageError::Io {
+                    op: "delete records",
+                    path: std::path::PathBuf::new(),
+                    source: std::io::Error::other(e.to_string()),
+                })?
+        }
+        .boxed()
     }
 
     fn set_config(&self, config: sluice_log::LogConfig) -> Result<(), StorageError> {

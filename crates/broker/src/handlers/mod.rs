@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod configs;
 pub mod consumer_group;
 pub mod create_topics;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod fetch;
 pub mod groups;

@@ -630,6 +630,38 @@ impl PartitionStorage for ClusterPartition {
         Ok(())
     }
 
+    fn delete_records(&self, before: i64) -> BoxFuture<'_, Result<i64, StorageError>> {
+        async move {
+            drop(self.lock_open()?);
+            let outcome =
+                crate::retention::delete_records(&self.core.db, self.uuid, self.partition, before)
+                    .await
+                    .map_err(|e| self.store_error("move the log start of", e))?
+                    .ok_or_else(|| LogError::Closed {
+                        path: self.label.clone(),
+                    })?;
+            match outcome {
+                crate::retention::DeleteRecords::LogStart(log_start) => {
+                    self.advance(0, Some(log_start));
+                    tracing::info!(partition = %self.label.display(), log_start, "records deleted: the log start moved");
+                    Ok(log_start)
+                }
+                crate::retention::DeleteRecords::OutOfRange {
+                    log_start,
+                    next_offset,
+                } => {
+                    self.advance(next_offset, Some(log_start));
+                    Err(LogError::OffsetOutOfRange {
+                        requested: before,
+                        log_start,
+                        high_watermark: next_offset,
+                    })
+                }
+            }
+        }
+        .boxed()
+    }
+
     fn checks_producers(&self) -> bool {
         true
     }

@@ -5,6 +5,7 @@
 //       > crates/protocol/src/guard/layouts.rs && cargo fmt -p sluice-protocol
 // Spec files read (their validVersions): RequestHeader 0-2; Produce 0-11; Fetch 0-17;
 // ListOffsets 0-10; Metadata 0-12; ApiVersions 0-4; CreateTopics 0-7; DeleteTopics 0-6;
+// DeleteRecords 0-2 (added by hand from DeleteRecordsRequest.json);
 // DescribeConfigs 0-4; AlterConfigs 0-2; CreatePartitions 0-3; IncrementalAlterConfigs 0-1;
 // DescribeCluster 0-1; InitProducerId 0-5; FindCoordinator 0-6; JoinGroup 0-9; SyncGroup 0-5;
 // Heartbeat 0-4; LeaveGroup 0-5; OffsetCommit 0-9; OffsetFetch 0-9; OffsetDelete 0-0;
@@ -308,6 +309,40 @@ static DELETE_TOPICS_REQUEST_FIELDS: Struct = Struct {
             V(6, MAX),
         ),
         Field::new("topic_names", Ty::Array(Elem::Prim(String)), V(0, 5)),
+        Field::new("timeout_ms", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+    ],
+};
+
+static DELETE_RECORDS_REQUEST_DELETE_RECORDS_PARTITION: Struct = Struct {
+    name: "DeleteRecordsPartition",
+    fields: &[
+        Field::new("partition_index", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+        Field::new("offset", Ty::One(Elem::Prim(Int64)), V(0, MAX)),
+    ],
+};
+
+static DELETE_RECORDS_REQUEST_DELETE_RECORDS_TOPIC: Struct = Struct {
+    name: "DeleteRecordsTopic",
+    fields: &[
+        Field::new("name", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new(
+            "partitions",
+            Ty::Array(Elem::Struct(
+                &DELETE_RECORDS_REQUEST_DELETE_RECORDS_PARTITION,
+            )),
+            V(0, MAX),
+        ),
+    ],
+};
+
+static DELETE_RECORDS_REQUEST_FIELDS: Struct = Struct {
+    name: "DeleteRecordsRequest",
+    fields: &[
+        Field::new(
+            "topics",
+            Ty::Array(Elem::Struct(&DELETE_RECORDS_REQUEST_DELETE_RECORDS_TOPIC)),
+            V(0, MAX),
+        ),
         Field::new("timeout_ms", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
     ],
 };
@@ -1303,6 +1338,11 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 20,
         flexible: V(4, MAX),
         body: &DELETE_TOPICS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 21,
+        flexible: V(2, MAX),
+        body: &DELETE_RECORDS_REQUEST_FIELDS,
     },
     Message {
         api_key: 32,

@@ -82,6 +82,7 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::ApiVersions => RequestKind::ApiVersions(Default::default()),
         ApiKey::CreateTopics => RequestKind::CreateTopics(Default::default()),
         ApiKey::DeleteTopics => RequestKind::DeleteTopics(Default::default()),
+        ApiKey::DeleteRecords => RequestKind::DeleteRecords(Default::default()),
         ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),
         ApiKey::AlterConfigs => RequestKind::AlterConfigs(Default::default()),
         ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
