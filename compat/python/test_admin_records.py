@@ -1,0 +1,131 @@
+"""DeleteRecords as the Kafka ecosystem calls it: confluent-kafka's AdminClient.delete_records
+and Kafka's own `kafka-delete-records` and `kafka-get-offsets` (GetOffsetShell) tools.
+
+Each test creates its own one-partition topic, writes 20 records, moves the log start, and
+checks the low watermark every client reports, what a consumer reading from the earliest
+offset gets, and the errors for an offset past the end. The same tests run against Apache
+Kafka (`--target kafka-baseline`), which checks the expectations.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_util import wait_until
+from security_util import KAFKA_TOOLS_DIR, kafka_lib
+from conftest import REPO_ROOT
+
+import os
+
+TOOL_TIMEOUT_S = 60
+TOOLS = {
+    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+}
+
+
+def tool(name: str, bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs one of Kafka's CLI tools as bin/<tool>.sh does (bounded)."""
+    baseline = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
+    log_config = baseline / "config" / "tools-log4j2.xml"
+    if not log_config.exists():
+        log_config = KAFKA_TOOLS_DIR / "log4j2.xml"
+    cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+           f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{kafka_lib()}/*", TOOLS[name],
+           "--bootstrap-server", bootstrap, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+
+
+def new_topic(bootstrap: str, prefix: str, records: int = 20) -> str:
+    """A fresh one-partition topic holding `records` records v0, v1, ... at offsets 0, 1, ..."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    for i in range(records):
+        # One batch per record, so that a cut falls between batches.
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+        producer.flush(10)
+    assert producer.flush(30) == 0
+    return topic
+
+
+def read_from_earliest(bootstrap: str, topic: str, want: int) -> list[tuple[int, str]]:
+    """(offset, value) of what a consumer with auto.offset.reset=earliest reads, `want` of them."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    got: list[tuple[int, str]] = []
+    try:
+        consumer.subscribe([topic])
+
+        def done() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append((msg.offset(), msg.value().decode()))
+            return len(got) >= want
+
+        wait_until(done, 30, f"{want} records of {topic}")
+    finally:
+        consumer.close()
+    return got
+
+
+def low_watermark(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return low
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka_delete_records(bootstrap):
+    topic = new_topic(bootstrap, "delrec-ck")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, 0, 12)], request_timeout=30)
+    result = futures[TopicPartition(topic, 0)].result(30)
+    assert result.low_watermark == 12, result
+    assert low_watermark(bootstrap, topic) == 12
+    got = read_from_earliest(bootstrap, topic, 8)
+    assert got == [(o, f"v{o}") for o in range(12, 20)], got
+
+    # Past the high watermark: OFFSET_OUT_OF_RANGE, and nothing moves.
+    futures = admin.delete_records([TopicPartition(topic, 0, 21)], request_timeout=30)
+    with pytest.raises(KafkaException) as err:
+        futures[TopicPartition(topic, 0)].result(30)
+    assert err.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE, err.value
+    assert low_watermark(bootstrap, topic) == 12
+
+    # OFFSET_END (-1): up to the high watermark.
+    futures = admin.delete_records([TopicPartition(topic, 0, -1)], request_timeout=30)
+    assert futures[TopicPartition(topic, 0)].result(30).low_watermark == 20
+    admin.delete_topics([topic])
+
+
+def test_kafka_delete_records_and_get_offsets_tools(bootstrap):
+    topic = new_topic(bootstrap, "delrec-tool")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": 7}]}, f)
+        spec = f.name
+    try:
+        run = tool("kafka-delete-records", bootstrap, "--offset-json-file", spec)
+    finally:
+        os.unlink(spec)
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert "low_watermark: 7" in run.stdout, run.stdout
+
+    run = tool("kafka-get-offsets", bootstrap, "--topic", topic, "--time", "-2")
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert run.stdout.split() == [f"{topic}:0:7"], run.stdout
+    run = tool("kafka-get-offsets", bootstrap, "--topic", topic, "--time", "-1")
+    assert run.stdout.split() == [f"{topic}:0:20"], run.stdout
+    AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])
