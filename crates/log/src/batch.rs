@@ -98,6 +98,50 @@ impl<'a> BatchView<'a> {
         Ok(view)
     }
 
+    /// Views a batch as the log stores it, which a compaction may have thinned (see
+    /// `compact/`): like [`BatchView::parse`], except that records may be fewer than the last
+    /// offset delta says (the delta, and so the batch's last offset and its producer's last
+    /// sequence, are kept when records are removed), down to none at all (an empty batch kept
+    /// as a producer's last one). Every read of stored data uses this; appends use the strict
+    /// [`BatchView::parse`].
+    pub fn parse_stored(buf: &'a [u8]) -> Result<Self, BatchError> {
+        let total = match peek(buf)? {
+            Peek::Whole(total) => total,
+            Peek::Incomplete { needed } => {
+                return Err(BatchError::Truncated {
+                    available: buf.len(),
+                    needed,
+                });
+            }
+        };
+        let view = BatchView {
+            bytes: &buf[..total],
+        };
+        if view.magic() != MAGIC_V2 {
+            return Err(BatchError::BadMagic {
+                magic: view.magic(),
+            });
+        }
+        let count = view.record_count();
+        if count < 0 {
+            return Err(BatchError::NoRecords { count });
+        }
+        if view.last_offset_delta() < count - 1 || view.last_offset_delta() < 0 {
+            return Err(BatchError::OffsetDeltaMismatch {
+                last_offset_delta: view.last_offset_delta(),
+                record_count: count,
+            });
+        }
+        Ok(view)
+    }
+
+    /// [`BatchView::parse_stored`] and the CRC-32C.
+    pub fn parse_stored_checked(buf: &'a [u8]) -> Result<Self, BatchError> {
+        let view = Self::parse_stored(buf)?;
+        view.verify_crc()?;
+        Ok(view)
+    }
+
     /// Checks the CRC-32C stored in the header against the bytes it covers.
     pub fn verify_crc(&self) -> Result<(), BatchError> {
         let computed = sluice_batch::crc_of(self.bytes);
@@ -146,6 +190,12 @@ impl<'a> BatchView<'a> {
     }
     pub fn is_control(&self) -> bool {
         self.attributes() & attributes::CONTROL != 0
+    }
+    /// True when the base timestamp is the delete horizon set by a compaction (KIP-534): the
+    /// time after which the batch's tombstones may be removed. Record timestamps are still the
+    /// base timestamp plus each record's delta.
+    pub fn has_delete_horizon(&self) -> bool {
+        self.attributes() & attributes::DELETE_HORIZON != 0
     }
     /// True when the batch belongs to a transaction.
     pub fn is_transactional(&self) -> bool {
@@ -209,7 +259,7 @@ impl<'a> BatchView<'a> {
 }
 
 /// Decodes a zig-zag varint (up to 64 bits); returns the value and the bytes it used.
-fn read_varint(buf: &[u8]) -> Option<(i64, usize)> {
+pub(crate) fn read_varint(buf: &[u8]) -> Option<(i64, usize)> {
     let mut raw: u64 = 0;
     for (i, &b) in buf.iter().enumerate().take(10) {
         raw |= u64::from(b & 0x7f) << (7 * i);

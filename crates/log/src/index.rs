@@ -285,6 +285,12 @@ impl<E: Entry> SparseIndex<E> {
         Ok(())
     }
 
+    /// The sealed index's file was renamed to `path` (a compaction's swap).
+    pub fn renamed(&mut self, path: PathBuf) {
+        debug_assert!(self.file.is_none(), "renaming an active index");
+        self.path = path;
+    }
+
     /// Turns an unchanged (or just synced) index into a sealed one without writing anything.
     pub fn close(&mut self) {
         debug_assert!(

@@ -71,6 +71,7 @@
 pub mod batch;
 mod clock;
 mod commit;
+mod compact;
 mod config;
 mod error;
 mod faults;
@@ -87,9 +88,13 @@ pub use commit::{
     CommitConfig, CommitHandle, CommitStats, CommitStatsSnapshot, GroupCommitter, SyncQueued,
     Syncable,
 };
+pub use compact::{
+    CLEANER_CHECKPOINT_FILE, CleanOutcome, CleanReason, Cleanable, CleanerLimits, CrashPoint,
+    DEDUPE_BUFFER_BYTES_DEFAULT, IO_BUFFER_BYTES_DEFAULT, PRODUCERS_TRACKED_MAX,
+};
 pub use config::{
-    FlushPolicy, LogConfig, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
-    SEVEN_DAYS_MS,
+    CleanupPolicy, DirtyRatio, FlushPolicy, LogConfig, ONE_DAY_MS, SEGMENT_BYTES_DEFAULT,
+    SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEVEN_DAYS_MS,
 };
 pub use error::{BatchError, LogError, Refusal, Result, is_no_space};
 pub use faults::{Allowance, DiskFaults, PowerLoss, SplitMix64};

@@ -142,6 +142,9 @@ pub(crate) struct PartitionShared {
     /// write their checkpoints in the order they move the start (the state lock is not held
     /// across that I/O: appends go on meanwhile).
     start_moves: Mutex<()>,
+    /// The log cleaner's state (see `compact/`). Held by a compaction pass and by a retention
+    /// pass for their whole run, so that the two never run at the same time.
+    cleaner: Mutex<crate::compact::CleanerState>,
 }
 
 /// A durable, segmented log for one partition. Cheap to clone; clones share the log.
@@ -225,6 +228,7 @@ impl PartitionLog {
             position: active.size,
         };
         let size_bytes = segments.iter().map(|s| s.size).sum();
+        let cleaner = crate::compact::CleanerState::load(&dir);
         let shared = Arc::new(PartitionShared {
             dir,
             durable_offset: AtomicI64::new(durable.offset),
@@ -246,6 +250,7 @@ impl PartitionLog {
             clock,
             faults,
             start_moves: Mutex::new(()),
+            cleaner: Mutex::new(cleaner),
         });
         Ok(PartitionLog {
             shared,
@@ -389,11 +394,12 @@ impl PartitionLog {
                 let max_ts = i64::from_be_bytes(header[35..43].try_into().expect("8"));
                 if max_ts >= timestamp {
                     let bytes = segment.read_batches(pos, limit, 0)?;
-                    let view = BatchView::parse(&bytes).map_err(|source| LogError::Corrupt {
-                        path: segment.path.clone(),
-                        position: pos,
-                        source,
-                    })?;
+                    let view =
+                        BatchView::parse_stored(&bytes).map_err(|source| LogError::Corrupt {
+                            path: segment.path.clone(),
+                            position: pos,
+                            source,
+                        })?;
                     let log_start = st.log_start();
                     return Ok(view
                         .first_offset_with_timestamp_at_least(timestamp)
@@ -473,11 +479,15 @@ impl PartitionLog {
     /// Runs on a failed partition too (it only deletes whole sealed segments), so the space it
     /// frees can serve the other partitions of the data directory.
     pub fn apply_retention(&self) -> Result<RetentionOutcome> {
+        // Never while a compaction pass rewrites segments (see `compact/`).
+        let _cleaner = self.cleaner_state();
         let now = self.shared.clock.now_ms();
         let mut st = self.lock_readable()?;
         let mut outcome = RetentionOutcome::default();
         let mut deleted = Vec::new();
-        while st.segments.len() > 1 {
+        // A compact-only log keeps everything (Kafka ignores retention.ms and retention.bytes
+        // then).
+        while st.config.cleanup_policy.deletes() && st.segments.len() > 1 {
             let oldest = st.segments.front().expect("len > 1");
             let expired = st
                 .config
@@ -664,7 +674,7 @@ impl PartitionLog {
             return Ok(());
         }
         let full = active.size + incoming > st.config.segment_bytes;
-        let aged = match (st.config.segment_ms, active.first_append_ms) {
+        let aged = match (st.config.roll_ms(), active.first_append_ms) {
             (Some(ms), Some(first)) => now.saturating_sub(first) >= ms,
             _ => false,
         };
@@ -738,6 +748,102 @@ impl PartitionLog {
             },
         );
         Ok(())
+    }
+
+    /// How dirty this compacted log is, and why it is due for a compaction pass; `None` if it
+    /// is not due (or its policy does not compact). For a scheduler that cleans the dirtiest
+    /// log first (see `compact/`). Waits while a pass or a retention pass of this partition
+    /// runs.
+    pub fn cleanable(&self, now_ms: i64) -> Option<crate::compact::Cleanable> {
+        let state = self.cleaner_state();
+        let view = self.compaction_view().ok()?;
+        crate::compact::cleanable(&view, &state, now_ms)
+    }
+
+    /// Runs one compaction pass if the log is due (see `compact/` for what a pass keeps and
+    /// removes), within `limits`. Appends and reads go on meanwhile: the cleaned segments are
+    /// built outside the partition lock, which is taken only to swap them in.
+    ///
+    /// Durability: on return the cleaned segments have replaced the old ones durably (data and
+    /// indexes fdatasynced, renames and unlinks covered by directory fsyncs) and the cleaner
+    /// checkpoint is written; a crash at any point leaves a state recovery completes or rolls
+    /// back. Offsets never change. Refused on a failed partition ([`LogError::Failed`]); an
+    /// I/O error after the commit point fails the partition (reopening completes the swap).
+    pub fn clean(
+        &self,
+        now_ms: i64,
+        limits: &crate::compact::CleanerLimits,
+    ) -> Result<crate::compact::CleanOutcome> {
+        self.clean_stopping_at(now_ms, limits, None)
+    }
+
+    /// [`PartitionLog::clean`] that stops at `crash` as if the process died there, leaving the
+    /// files as they are (tests of recovery; not for production use). Abandon the log after.
+    #[doc(hidden)]
+    pub fn clean_stopping_at(
+        &self,
+        now_ms: i64,
+        limits: &crate::compact::CleanerLimits,
+        crash: Option<crate::compact::CrashPoint>,
+    ) -> Result<crate::compact::CleanOutcome> {
+        let mut state = self.cleaner_state();
+        let view = self.compaction_view()?;
+        crate::compact::clean(self, &mut state, &view, now_ms, limits, crash)
+    }
+
+    fn cleaner_state(&self) -> MutexGuard<'_, crate::compact::CleanerState> {
+        self.shared.cleaner.lock().expect("cleaner state poisoned")
+    }
+
+    /// The sealed, wholly durable segments, for a compaction pass to read without the lock.
+    pub(crate) fn compaction_view(&self) -> Result<crate::compact::LogView> {
+        let st = self.lock_writable()?;
+        let high_watermark = st.durable.offset;
+        let n = st.segments.len();
+        let sealed = st
+            .segments
+            .iter()
+            .take(n - 1)
+            .zip(st.segments.iter().skip(1))
+            .take_while(|(_, next)| next.base_offset <= high_watermark)
+            .map(|(s, next)| crate::compact::SealedRef {
+                base: s.base_offset,
+                end: next.base_offset,
+                size: s.size,
+                max_timestamp: s.max_timestamp,
+                file: Arc::clone(&s.file),
+                path: s.path.clone(),
+            })
+            .collect();
+        Ok(crate::compact::LogView {
+            dir: self.shared.dir.clone(),
+            faults: self.shared.faults.clone(),
+            config: st.config,
+            sealed,
+        })
+    }
+
+    /// Swaps cleaned segments in, under the partition lock (see `compact/swap.rs`). An error
+    /// fails the partition: the files are in a state recovery finishes.
+    pub(crate) fn install_cleaned(
+        &self,
+        replacements: &mut [crate::compact::swap::Replacement],
+        crash: Option<crate::compact::CrashPoint>,
+    ) -> Result<crate::compact::swap::Installed> {
+        let mut st = self.lock_writable()?;
+        let st = &mut *st;
+        let result = crate::compact::swap::install(
+            &self.shared.dir,
+            &self.shared.faults,
+            &mut st.segments,
+            replacements,
+            crash,
+        );
+        st.size_bytes = st.segments.iter().map(|s| s.size).sum();
+        if let Err(e) = &result {
+            self.shared.fail(io::Error::other(e.to_string()));
+        }
+        result
     }
 }
 

@@ -20,7 +20,7 @@
 //! | zeros to the end of file (zero-filled tail)   | truncate at the zeros         | error: corrupt            |
 //! | whole batch with bad CRC/magic/count (bad CRC mid-segment) | truncate at that batch, dropping what follows | error: corrupt |
 //! | batch whose base offset is not the expected next offset | truncate at that batch | error: corrupt       |
-//! | empty segment                                 | keep as the active segment    | delete it                 |
+//! | empty segment                                 | keep as the active segment    | delete it, unless it is the oldest (it holds the log start; a compaction leaves one) |
 //! | stray `*.tmp`, index without a segment        | deleted                       | deleted                   |
 //! | segment wholly below the `log-start` checkpoint (DeleteRecords; see `start.rs`) | kept (the active segment is never deleted) | deleted |
 //! | `log-start` checkpoint past the end of the log | lowered to the end, with a warning | —                       |
@@ -92,6 +92,16 @@ pub enum RecoveryAction {
     DeletedBelowLogStart { segment: PathBuf, log_start: i64 },
     /// The checkpointed log start was past the end of the log and was lowered to it.
     LoweredLogStart { from: i64, to: i64 },
+    /// A compaction of the segments `[base, end)` had not reached its commit point: its files
+    /// were deleted, the old segments stay (see `compact/swap.rs`).
+    CompactionRolledBack { base: i64, end: i64 },
+    /// A committed compaction of `[base, end)` was finished: old segments deleted, the cleaned
+    /// segment renamed into place.
+    CompactionCompleted {
+        base: i64,
+        end: i64,
+        old_segments_deleted: usize,
+    },
 }
 
 /// Segments of a recovered partition, oldest first, plus what was done.
@@ -113,6 +123,8 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, faults: &DiskFaults) -> Re
     let mut report = RecoveryReport::default();
     let marker = dir.join(CLEAN_SHUTDOWN_MARKER);
     report.clean_shutdown = marker.exists();
+    // A compaction's leftovers first: what follows sees a plain segmented log.
+    crate::compact::swap::recover(dir, faults, &mut report)?;
 
     let mut bases = Vec::new();
     let mut index_files = Vec::new();
@@ -150,23 +162,32 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, faults: &DiskFaults) -> Re
             faults,
             &mut report,
         )?;
-        if seg.is_empty() && !is_last {
+        // The oldest segment stays even when empty: it holds the log start (a compaction
+        // that removed every record of the oldest segments keeps one, empty).
+        if seg.is_empty() && !is_last && !segments.is_empty() {
             report.actions.push(RecoveryAction::DeletedEmptySegment {
                 segment: seg.path.clone(),
             });
             delete_segment_files(dir, base)?;
             continue;
         }
-        if let Some(prev) = segments.last()
+        if let Some(prev) = segments.last_mut()
             && prev.next_offset != seg.base_offset
         {
-            tracing::warn!(
-                previous = %prev.path.display(),
-                next = %seg.path.display(),
-                "segments are not contiguous: offsets {}..{} are missing",
-                prev.next_offset,
-                seg.base_offset
-            );
+            // A compaction leaves gaps: a sealed segment ends where the next one starts.
+            let gap = prev.next_offset < seg.base_offset;
+            if !(gap && config.cleanup_policy.compacts()) {
+                tracing::warn!(
+                    previous = %prev.path.display(),
+                    next = %seg.path.display(),
+                    "segments are not contiguous: offsets {}..{} are missing",
+                    prev.next_offset,
+                    seg.base_offset
+                );
+            }
+            if gap {
+                prev.next_offset = seg.base_offset;
+            }
         }
         segments.push(seg);
     }
@@ -302,6 +323,7 @@ fn recover_segment(
         start,
         file_len,
         start_offset,
+        !is_last,
         |pos, view: &BatchView<'_>| {
             if first {
                 // Already indexed: this is the batch the last entry points at.

@@ -139,6 +139,87 @@ impl Segment {
         })
     }
 
+    /// Creates the files of a segment that a compaction writes (see `compact/`), under the
+    /// temporary names `paths` (`.cleaned`): like [`Segment::create`], but the caller
+    /// fills it with [`Segment::append_stored`] and renames it into place later.
+    pub fn create_at(base_offset: i64, paths: [PathBuf; 3], faults: DiskFaults) -> Result<Segment> {
+        let [path, index_path, time_path] = paths;
+        let file = faults
+            .create(&path)
+            .and_then(|()| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+            })
+            .map_err(|e| LogError::write("create cleaned segment", &path, e))?;
+        Ok(Segment {
+            base_offset,
+            path,
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: i64::MIN,
+            offset_index: SparseIndex::create(index_path, faults.clone())?,
+            time_index: SparseIndex::create(time_path, faults.clone())?,
+            bytes_since_index: u64::MAX,
+            first_append_ms: None,
+            uncut_tail: false,
+            faults,
+        })
+    }
+
+    /// Writes whole batches that already carry their offsets (a compaction's output) at the end
+    /// of the file and indexes them. Each batch must start at or past `next_offset`: offsets only
+    /// grow, gaps are allowed. Durability: page cache only, until [`Segment::prepare_seal`].
+    pub fn append_stored(&mut self, data: &[u8], config: &LogConfig) -> Result<()> {
+        let mut pos = 0usize;
+        let start_size = self.size;
+        let mut next = self.next_offset;
+        let mut notes = Vec::new();
+        while pos < data.len() {
+            let view =
+                BatchView::parse_stored(&data[pos..]).map_err(|source| LogError::Corrupt {
+                    path: self.path.clone(),
+                    position: start_size + pos as u64,
+                    source,
+                })?;
+            assert!(
+                view.base_offset() >= next,
+                "compaction output offsets must grow: {} after {next}",
+                view.base_offset()
+            );
+            notes.push((pos, view.base_offset(), view.len(), view.max_timestamp()));
+            next = view.last_offset() + 1;
+            pos += view.len();
+        }
+        let iov = [IoSlice::new(data)];
+        match self.faults.write(&self.path, start_size, &iov) {
+            Allowance::All => self.file.write_all_at(data, start_size),
+            Allowance::Partial { bytes, error } => self
+                .file
+                .write_all_at(&data[..bytes as usize], start_size)
+                .and(Err(error)),
+        }
+        .map_err(|e| LogError::write("write cleaned segment", &self.path, e))?;
+        self.size += data.len() as u64;
+        self.next_offset = next;
+        for (at, base, len, max_ts) in notes {
+            self.note_batch(start_size + at as u64, base, len as u64, max_ts, config);
+        }
+        Ok(())
+    }
+
+    /// After the files were renamed from their temporary names to the final ones (a
+    /// compaction's swap): points the sealed segment at `paths`.
+    pub fn renamed(&mut self, paths: [PathBuf; 3]) {
+        let [path, index_path, time_path] = paths;
+        self.path = path;
+        self.offset_index.renamed(index_path);
+        self.time_index.renamed(time_path);
+    }
+
     /// Builds a segment from recovered state (see `recovery.rs`).
     #[allow(clippy::too_many_arguments)]
     pub fn from_recovered(
@@ -416,12 +497,15 @@ impl Segment {
 
     /// Scans batches from `from` to the end of the file (`file_len`), verifying each one's
     /// length, CRC and offset continuity, and calling `visit(position, view)` for each valid one.
+    /// With `gaps_allowed` (a sealed segment, which a compaction may have thinned) a batch may
+    /// start past the expected offset, never before it.
     pub fn scan(
         file: &File,
         path: &Path,
         from: u64,
         file_len: u64,
         expected_offset: i64,
+        gaps_allowed: bool,
         mut visit: impl FnMut(u64, &BatchView<'_>),
     ) -> Result<Scan> {
         // Reads in chunks so a scan of a large segment needs bounded memory.
@@ -469,11 +553,12 @@ impl Segment {
                 Err(e) => break ScanEnd::Corrupt(e),
             };
             let rest = &buf[in_buf..];
-            let view = match BatchView::parse_checked(&rest[..total]) {
+            let view = match BatchView::parse_stored_checked(&rest[..total]) {
                 Ok(view) => view,
                 Err(e) => break ScanEnd::Corrupt(e),
             };
-            if view.base_offset() != next_offset {
+            let gap_ok = gaps_allowed && view.base_offset() > next_offset;
+            if view.base_offset() != next_offset && !gap_ok {
                 break ScanEnd::OffsetGap {
                     expected: next_offset,
                     found: view.base_offset(),
@@ -518,7 +603,7 @@ pub(crate) fn read_batches(
     // Keep whole, valid batches only.
     let mut keep = 0usize;
     while keep < buf.len() {
-        match BatchView::parse_checked(&buf[keep..]) {
+        match BatchView::parse_stored_checked(&buf[keep..]) {
             Ok(view) => keep += view.len(),
             Err(BatchError::Truncated { .. }) if keep > 0 => break,
             Err(source) => {

@@ -87,6 +87,7 @@ fn log_config() -> LogConfig {
         segment_ms: None,
         retention_ms: None,
         retention_bytes: None,
+        ..LogConfig::default()
     }
 }
 
@@ -718,6 +719,8 @@ fn action_kind(action: &RecoveryAction) -> &'static str {
         RecoveryAction::DeletedStrayFile { .. } => "deleted stray file",
         RecoveryAction::DeletedBelowLogStart { .. } => "deleted segment below log start",
         RecoveryAction::LoweredLogStart { .. } => "lowered log start",
+        RecoveryAction::CompactionRolledBack { .. } => "rolled back compaction",
+        RecoveryAction::CompactionCompleted { .. } => "completed compaction",
     }
 }
 
@@ -748,6 +751,12 @@ fn describe_actions(report: &RecoveryReport) -> String {
             }
             RecoveryAction::LoweredLogStart { from, to } => {
                 format!("lowered log start {from} -> {to}")
+            }
+            RecoveryAction::CompactionRolledBack { base, end } => {
+                format!("rolled back compaction {base}..{end}")
+            }
+            RecoveryAction::CompactionCompleted { base, end, .. } => {
+                format!("completed compaction {base}..{end}")
             }
         })
         .collect();

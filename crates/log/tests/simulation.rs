@@ -167,6 +167,7 @@ impl World {
             retention_ms: None,
             retention_bytes: None,
             index_interval_bytes: rng.random_range(64..=512),
+            ..LogConfig::default()
         };
         let committer = GroupCommitter::start(CommitConfig {
             policy: FlushPolicy::Always,
