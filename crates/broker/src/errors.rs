@@ -19,6 +19,25 @@ pub const NONE: i16 = 0;
 pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
 /// A wait inside the broker (stored data loading) did not end in time; retriable.
 pub const REQUEST_TIMED_OUT: i16 = ResponseError::RequestTimedOut.code();
+/// FindCoordinator for a transactional id: Sluice has no transactions, and the client must
+/// give up at once, with the message saying so.
+///
+/// CLUSTER_AUTHORIZATION_FAILED is the one code both client families treat as final and
+/// show with the broker's message:
+/// - librdkafka (confluent-kafka, kcat, ...) raises a fatal error for a FindCoordinator of
+///   the transaction coordinator only on TRANSACTIONAL_ID_AUTHORIZATION_FAILED and
+///   CLUSTER_AUTHORIZATION_FAILED, and appends the response's error message
+///   (`rd_kafka_txn_handle_FindCoordinator`, src/rdkafka_txnmgr.c). Every other code makes
+///   it ask again every 500 ms until `init_transactions` times out with `_TIMED_OUT` and no
+///   reason: INVALID_REQUEST, which Sluice answered before, did that.
+/// - The Java producer (kafka-clients 4.3, `TransactionManager.FindCoordinatorHandler`)
+///   fails at once on any code that is not retriable, and shows the message except for
+///   TRANSACTIONAL_ID_AUTHORIZATION_FAILED, for which it throws a bare "Transactional Id
+///   authorization failed." that reads like a missing ACL.
+///
+/// Not advertising InitProducerId would also stop transactional producers, but librdkafka
+/// needs it for idempotent producers too.
+pub const TRANSACTIONS_UNSUPPORTED: i16 = ResponseError::ClusterAuthorizationFailed.code();
 
 /// The Kafka error code for a refused produce to one partition.
 pub(crate) fn produce_error_code(e: &ProduceError) -> i16 {

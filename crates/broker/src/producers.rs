@@ -255,7 +255,7 @@ pub enum ProducerError {
         expected: i32,
         first_seq: i32,
     },
-    #[error("a transactional id was given: transactions are not supported")]
+    #[error("a transactional id was given: transactions are not supported by Sluice yet")]
     Transactional,
     #[error("reserving producer ids: {0}")]
     IdAllocation(#[source] std::io::Error),

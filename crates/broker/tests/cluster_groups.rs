@@ -389,7 +389,11 @@ fn find_coordinator_names_the_lease_holder_with_its_address() {
 
     // Refusals as before cluster mode, and those of the store.
     let invalid = code(ResponseError::InvalidRequest);
-    assert_eq!(c.find(0, 4, 1, &["tx"])[0].0, invalid, "no transactions");
+    assert_eq!(
+        c.find(0, 4, 1, &["tx"])[0].0,
+        code(ResponseError::ClusterAuthorizationFailed),
+        "no transactions"
+    );
     assert_eq!(c.find(0, 4, 0, &[""])[0].0, invalid);
     assert_eq!(
         c.find(0, 4, 0, &["bad\0id"])[0].0,

@@ -372,6 +372,51 @@ fn find_coordinator_names_this_broker() {
     }
 }
 
+/// A transactional producer's FindCoordinator gets a refusal every client treats as final,
+/// with a message that says why: v1 as librdkafka sends it, v4 as the Java producer does.
+#[test]
+fn find_coordinator_for_a_transactional_id_is_refused_for_good() {
+    let f = Fixture::new();
+    let unsupported = ResponseError::ClusterAuthorizationFailed.code();
+    let says_why = |message: Option<&str>| {
+        let message = message.unwrap_or_default();
+        assert!(
+            message.contains("transactions are not supported by Sluice yet")
+                && message.contains("\"tx-1\""),
+            "{message}"
+        );
+    };
+    let req = FindCoordinatorRequest::default()
+        .with_key_type(1)
+        .with_key(s("tx-1"));
+    match f.call(
+        ApiKey::FindCoordinator,
+        1,
+        RequestKind::FindCoordinator(req),
+    ) {
+        ResponseKind::FindCoordinator(r) => {
+            assert_eq!(r.error_code, unsupported);
+            assert_eq!(r.node_id.0, -1);
+            says_why(r.error_message.as_deref());
+        }
+        other => panic!("{other:?}"),
+    }
+    let req = FindCoordinatorRequest::default()
+        .with_key_type(1)
+        .with_coordinator_keys(vec![s("tx-1")]);
+    match f.call(
+        ApiKey::FindCoordinator,
+        4,
+        RequestKind::FindCoordinator(req),
+    ) {
+        ResponseKind::FindCoordinator(r) => {
+            assert_eq!(r.coordinators[0].error_code, unsupported);
+            says_why(r.coordinators[0].error_message.as_deref());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn two_members_rebalance_and_share_the_work() {
     let f = Fixture::new();

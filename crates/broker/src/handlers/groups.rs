@@ -20,7 +20,7 @@ use sluice_protocol::kafka_protocol::messages::{
 use sluice_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
-use crate::Broker;
+use crate::{Broker, errors};
 use sluice_groups::classic;
 use sluice_groups::errors::{GroupError, NONE, result_code};
 
@@ -35,8 +35,9 @@ fn opt(s: &Option<StrBytes>) -> Option<String> {
     s.as_ref().map(|s| s.to_string())
 }
 
-/// The node FindCoordinator names for one key, or why it names none.
-type Located = Result<(i32, String, i32), GroupError>;
+/// The node FindCoordinator names for one key, or why it names none: a Kafka error code and
+/// the message.
+type Located = Result<(i32, String, i32), (i16, String)>;
 
 /// FindCoordinator: with one broker, this broker coordinates every group; in cluster mode
 /// the metadata store names the broker (the holder of the group's coordinator lease, else
@@ -60,12 +61,12 @@ pub async fn find_coordinator(
     .await;
     let fields = |located: Located| match located {
         Ok((node_id, host, port)) => (BrokerId(node_id), str_bytes(host), port, NONE, None),
-        Err(e) => (
+        Err((code, message)) => (
             BrokerId(-1),
             str_bytes(""),
             -1,
-            e.code(),
-            Some(str_bytes(e.to_string())),
+            code,
+            Some(str_bytes(message)),
         ),
     };
     if version >= 4 {
@@ -85,10 +86,11 @@ pub async fn find_coordinator(
             .collect();
         FindCoordinatorResponse::default().with_coordinators(coordinators)
     } else {
-        let located = located
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Err(GroupError::InvalidRequest("no coordinator key".to_owned())));
+        let located = located.into_iter().next().unwrap_or_else(|| {
+            Err(refused(GroupError::InvalidRequest(
+                "no coordinator key".to_owned(),
+            )))
+        });
         let (node_id, host, port, error, message) = fields(located);
         FindCoordinatorResponse::default()
             .with_error_code(error)
@@ -99,18 +101,42 @@ pub async fn find_coordinator(
     }
 }
 
-/// The coordinator of one FindCoordinator key.
-async fn locate(broker: &Broker, key_type: i8, key: &str, listener: usize) -> Located {
-    let refused = match key_type {
-        KEY_GROUP if key.is_empty() => "the group id is empty".to_owned(),
-        KEY_GROUP => return locate_group(broker, key, listener).await,
-        KEY_TRANSACTION => "this broker does not support transactions".to_owned(),
-        other => format!("unknown coordinator key type {other}"),
-    };
-    Err(GroupError::InvalidRequest(refused))
+fn refused(e: GroupError) -> (i16, String) {
+    (e.code(), e.to_string())
 }
 
-async fn locate_group(broker: &Broker, group_id: &str, listener: usize) -> Located {
+/// The coordinator of one FindCoordinator key. A transactional id has none: its refusal is
+/// final for every client ([`errors::TRANSACTIONS_UNSUPPORTED`] says why that code).
+async fn locate(broker: &Broker, key_type: i8, key: &str, listener: usize) -> Located {
+    let invalid = match key_type {
+        KEY_GROUP if key.is_empty() => "the group id is empty".to_owned(),
+        KEY_GROUP => return locate_group(broker, key, listener).await.map_err(refused),
+        KEY_TRANSACTION => return Err(transactions_unsupported(key)),
+        other => format!("unknown coordinator key type {other}"),
+    };
+    Err(refused(GroupError::InvalidRequest(invalid)))
+}
+
+/// The refusal of a transaction coordinator lookup for `transactional_id`.
+fn transactions_unsupported(transactional_id: &str) -> (i16, String) {
+    tracing::debug!(
+        transactional_id,
+        "FindCoordinator for a transactional id refused: transactions are not supported"
+    );
+    (
+        errors::TRANSACTIONS_UNSUPPORTED,
+        format!(
+            "transactions are not supported by Sluice yet (transactional id {transactional_id:?}); \
+             producers without transactional.id, idempotent ones included, work"
+        ),
+    )
+}
+
+async fn locate_group(
+    broker: &Broker,
+    group_id: &str,
+    listener: usize,
+) -> Result<(i32, String, i32), GroupError> {
     let cfg = broker.config();
     let this = || {
         let (host, port) = cfg.advertised(listener);

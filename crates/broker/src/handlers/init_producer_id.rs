@@ -1,4 +1,7 @@
-//! InitProducerId for idempotent producers (transactions are not supported).
+//! InitProducerId for idempotent producers. Transactions are not supported: a transactional
+//! id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which every client treats as
+//! final (most never get here: FindCoordinator refuses their transaction coordinator lookup
+//! first, see `errors::TRANSACTIONS_UNSUPPORTED`).
 //!
 //! New ids come from this broker's reserved blocks, or in cluster mode from the blocks the
 //! metadata store hands out, so no two brokers ever give the same id.
