@@ -1,5 +1,6 @@
 """DeleteRecords as the Kafka ecosystem calls it: confluent-kafka's AdminClient.delete_records
-and Kafka's own `kafka-delete-records` and `kafka-get-offsets` (GetOffsetShell) tools.
+and Kafka's own `kafka-delete-records` and `kafka-get-offsets` (GetOffsetShell) tools, which
+also looks up the max-timestamp offset (`--time -3`).
 
 Each test creates its own one-partition topic, writes 20 records, moves the log start, and
 checks the low watermark every client reports, what a consumer reading from the earliest
@@ -26,6 +27,7 @@ from conftest import REPO_ROOT
 import os
 
 TOOL_TIMEOUT_S = 60
+T0 = 1_700_000_000_000  # record i's timestamp is T0 + i
 TOOLS = {
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
@@ -53,7 +55,7 @@ def new_topic(bootstrap: str, prefix: str, records: int = 20) -> str:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
     for i in range(records):
         # One batch per record, so that a cut falls between batches.
-        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+        producer.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=T0 + i)
         producer.flush(10)
     assert producer.flush(30) == 0
     return topic
@@ -128,4 +130,8 @@ def test_kafka_delete_records_and_get_offsets_tools(bootstrap):
     assert run.stdout.split() == [f"{topic}:0:7"], run.stdout
     run = tool("kafka-get-offsets", bootstrap, "--topic", topic, "--time", "-1")
     assert run.stdout.split() == [f"{topic}:0:20"], run.stdout
+    # Max timestamp (KIP-734): the record with the highest time, the last one here.
+    run = tool("kafka-get-offsets", bootstrap, "--topic", topic, "--time", "-3")
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert run.stdout.split() == [f"{topic}:0:19"], run.stdout
     AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])

@@ -95,7 +95,6 @@ pub(crate) fn read_error_code(e: &ReadError) -> i16 {
         ReadError::IsolationLevel(_) | ReadError::Timestamp(_) => {
             ResponseError::InvalidRequest.code()
         }
-        ReadError::MaxTimestamp => ResponseError::UnsupportedVersion.code(),
     }
 }
 

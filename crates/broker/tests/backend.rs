@@ -148,6 +148,10 @@ impl PartitionStorage for FakePartition {
         Ok(())
     }
 
+    fn max_timestamp(&self) -> Option<i64> {
+        None
+    }
+
     fn delete_records(&self, _before: i64) -> BoxFuture<'_, Result<i64, StorageError>> {
         // This fake keeps every record; no test here deletes any.
         let e = std::io::Error::other("the test partition does not delete records");

@@ -63,20 +63,25 @@ fn delete_records(server: &Server, topic: &str, cuts: &[(i32, i64)]) -> Vec<(i32
 
 /// ListOffsets earliest (-2) of partition 0 of `topic`.
 fn earliest(server: &Server, topic: &str) -> i64 {
+    list_offsets(server, topic, -2).0
+}
+
+/// ListOffsets of partition 0 of `topic` with `spec` (a time, or -1, -2, -3): (offset, time).
+fn list_offsets(server: &Server, topic: &str, spec: i64) -> (i64, i64) {
     let body = RequestKind::ListOffsets(ListOffsetsRequest::default().with_topics(vec![
         list_offsets_request::ListOffsetsTopic::default()
             .with_name(topic_name(topic))
             .with_partitions(vec![
                 list_offsets_request::ListOffsetsPartition::default()
                     .with_partition_index(0)
-                    .with_timestamp(-2),
+                    .with_timestamp(spec),
             ]),
     ]));
     match kafka_call(port(server), ApiKey::ListOffsets, 7, body) {
         ResponseKind::ListOffsets(r) => {
             let p = &r.topics[0].partitions[0];
             assert_eq!(p.error_code, 0, "{r:?}");
-            p.offset
+            (p.offset, p.timestamp)
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -103,6 +108,11 @@ fn cut_and_check(server: &Server, topic: &str, others: &[&Server]) {
         server.ok(&["produce", topic], &format!("v{i}\n"));
     }
     assert_eq!(values(server, topic), expected_from(0, 50));
+    // Max timestamp (-3): each produce ran later than the one before, so the last record holds
+    // the highest time; a time lookup at that time agrees.
+    let (offset, newest) = list_offsets(server, topic, -3);
+    assert_eq!(offset, 49);
+    assert_eq!(list_offsets(server, topic, newest), (49, newest));
 
     assert_eq!(delete_records(server, topic, &[(0, 20)]), [(0, 20, 0)]);
     assert_eq!(earliest(server, topic), 20);

@@ -77,6 +77,14 @@ const SQL_BY_TIME: &str = "SELECT b.base_offset, b.last_offset, o.key, b.byte_st
      WHERE p.topic_id = $1 AND p.partition = $2 AND b.max_timestamp >= $3 \
      ORDER BY b.last_offset LIMIT 1";
 
+// A scan of the partition's rows from the log start, as SQL_BY_TIME's worst case; only
+// ListOffsets' max-timestamp spec asks it.
+const SQL_MAX_TIMESTAMP: &str = "SELECT max(b.max_timestamp) \
+     FROM partitions p \
+     JOIN batches b ON b.topic_id = p.topic_id AND b.partition = p.partition \
+                   AND b.last_offset >= p.log_start \
+     WHERE p.topic_id = $1 AND p.partition = $2";
+
 fn batch_row(r: &tokio_postgres::Row) -> BatchRow {
     let byte_start: i64 = r.get(3);
     let byte_len: i32 = r.get(4);
@@ -163,6 +171,21 @@ pub async fn offset_for_timestamp(
         .query_opt(&statement, &[&topic_id, &partition, &ts])
         .await?;
     Ok(row.as_ref().map(batch_row))
+}
+
+/// The highest max timestamp of the partition's committed rows from its log start; `None`
+/// when it has none.
+pub async fn max_timestamp(
+    db: &Db,
+    topic_id: Uuid,
+    partition: i32,
+) -> Result<Option<i64>, DbError> {
+    let client = db.client().await?;
+    let statement = client.prepare_cached(SQL_MAX_TIMESTAMP).await?;
+    let row = client
+        .query_one(&statement, &[&topic_id, &partition])
+        .await?;
+    Ok(row.get(0))
 }
 
 // ---------------------------------------------------------------------------------------------

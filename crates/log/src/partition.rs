@@ -411,6 +411,17 @@ impl PartitionLog {
         Ok(None)
     }
 
+    /// The highest record timestamp appended (durable or not), from the segments' own maxima;
+    /// `None` when no segment holds a record (or the log is closed).
+    pub fn max_timestamp(&self) -> Option<i64> {
+        let st = self.lock_readable().ok()?;
+        st.segments
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| s.max_timestamp)
+            .max()
+    }
+
     /// The first offset still in the log.
     pub fn log_start_offset(&self) -> i64 {
         self.lock().log_start()

@@ -497,6 +497,10 @@ impl PartitionStorage for ObjectPartition {
         self.lock().log_start
     }
 
+    fn max_timestamp(&self) -> Option<i64> {
+        self.lock().runs.values().map(|r| r.max_timestamp).max()
+    }
+
     fn high_watermark(&self) -> i64 {
         self.lock().high_watermark
     }

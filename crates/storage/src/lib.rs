@@ -63,6 +63,20 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
     /// The first offset still stored.
     fn log_start_offset(&self) -> i64;
 
+    /// The highest record timestamp stored (ListOffsets' max-timestamp spec, KIP-734), as far
+    /// as this broker knows without waiting; `None` when the partition holds no record. It may
+    /// be a record not yet durable: [`offset_for`](Self::offset_for) then finds no durable
+    /// record that new and answers none, as Kafka does above its high watermark.
+    fn max_timestamp(&self) -> Option<i64>;
+
+    /// Brings what [`offset_for`](Self::offset_for) with [`OffsetSpec::MaxTimestamp`] needs
+    /// into memory, as [`prepare_offset_for_timestamp`](Self::prepare_offset_for_timestamp)
+    /// does for a time; `None` means no I/O that waits is needed.
+    fn prepare_max_timestamp(&self) -> Option<BoxFuture<'_, Result<(), StorageError>>> {
+        let ts = self.max_timestamp()?;
+        self.prepare_offset_for_timestamp(ts)
+    }
+
     /// One past the last durable offset: the highest offset readers can reach.
     fn high_watermark(&self) -> i64;
 
@@ -150,6 +164,11 @@ pub trait PartitionStorage: Send + Sync + std::fmt::Debug {
             OffsetSpec::Latest => Ok(Some((self.high_watermark(), -1))),
             OffsetSpec::Earliest => Ok(Some((self.log_start_offset(), -1))),
             OffsetSpec::Timestamp(ms) => self.offset_for_timestamp(ms),
+            // The first record holding the highest timestamp.
+            OffsetSpec::MaxTimestamp => match self.max_timestamp() {
+                Some(ts) => self.offset_for_timestamp(ts),
+                None => Ok(None),
+            },
             // Nothing is tiered away from the partition: no offset.
             OffsetSpec::LatestTiered => Ok(None),
         }
@@ -165,6 +184,8 @@ pub enum OffsetSpec {
     Earliest,
     /// The last tiered offset (wire -5).
     LatestTiered,
+    /// The first record with the highest timestamp (wire -3, KIP-734).
+    MaxTimestamp,
     /// The first record at or after this time, in ms since 1970 (wire: any value ≥ 0).
     Timestamp(i64),
 }
@@ -340,6 +361,10 @@ impl PartitionStorage for PartitionLog {
 
     fn log_start_offset(&self) -> i64 {
         PartitionLog::log_start_offset(self)
+    }
+
+    fn max_timestamp(&self) -> Option<i64> {
+        PartitionLog::max_timestamp(self)
     }
 
     fn failed(&self) -> bool {

@@ -1,4 +1,5 @@
-//! ListOffsets: earliest, latest, or the first offset at or after a timestamp.
+//! ListOffsets: earliest, latest, the first offset at or after a timestamp, or the first record
+//! with the highest timestamp (-3, KIP-734).
 
 use sluice_protocol::kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -12,9 +13,6 @@ use crate::handlers::ReadError;
 use crate::storage::{LOAD_WAIT_MAX, OffsetSpec, PartitionStorage};
 use crate::{Broker, errors};
 
-/// ListOffsets' "max timestamp" (KIP-734), which Sluice does not implement.
-const MAX_TIMESTAMP: i64 = -3;
-
 /// The offset a ListOffsets timestamp asks for; `None` for a negative value with no meaning.
 fn offset_spec(timestamp: i64) -> Option<OffsetSpec> {
     match timestamp {
@@ -22,6 +20,7 @@ fn offset_spec(timestamp: i64) -> Option<OffsetSpec> {
         // -4 is "earliest local": every offset is local.
         -2 | -4 => Some(OffsetSpec::Earliest),
         -5 => Some(OffsetSpec::LatestTiered),
+        -3 => Some(OffsetSpec::MaxTimestamp),
         ms if ms >= 0 => Some(OffsetSpec::Timestamp(ms)),
         _ => None,
     }
@@ -31,8 +30,8 @@ fn offset_spec(timestamp: i64) -> Option<OffsetSpec> {
 /// the error code to answer.
 pub type Failed = HashMap<(String, i32), i16>;
 
-/// A timestamp lookup to prepare: (topic, partition), its storage, the time.
-type Lookup = ((String, i32), Arc<dyn PartitionStorage>, i64);
+/// A lookup to prepare: (topic, partition), its storage, the time or max timestamp.
+type Lookup = ((String, i32), Arc<dyn PartitionStorage>, OffsetSpec);
 
 /// Loads what the timestamp lookups of `req` need, for a backend that keeps its data
 /// elsewhere (object storage), so that [`handle`] answers the exact record; at most
@@ -44,18 +43,21 @@ pub async fn prepare(broker: &Broker, req: &ListOffsetsRequest) -> Failed {
             continue;
         };
         for p in &t.partitions {
-            if let (Some(OffsetSpec::Timestamp(ms)), Some(log)) =
+            if let (Some(spec @ (OffsetSpec::Timestamp(_) | OffsetSpec::MaxTimestamp)), Some(log)) =
                 (offset_spec(p.timestamp), topic.partition(p.partition_index))
             {
-                wanted.push(((t.name.0.to_string(), p.partition_index), log, ms));
+                wanted.push(((t.name.0.to_string(), p.partition_index), log, spec));
             }
         }
     }
     let loads: Vec<_> = wanted
         .iter()
-        .filter_map(|(key, log, ms)| {
-            log.prepare_offset_for_timestamp(*ms)
-                .map(|load| async move { (key, load.await) })
+        .filter_map(|(key, log, spec)| {
+            let load = match spec {
+                OffsetSpec::Timestamp(ms) => log.prepare_offset_for_timestamp(*ms),
+                _ => log.prepare_max_timestamp(),
+            };
+            load.map(|load| async move { (key, load.await) })
         })
         .collect();
     let mut failed = Failed::new();
@@ -113,10 +115,6 @@ pub fn handle(
                         return response.with_error_code(*code);
                     }
                     let found = match offset_spec(p.timestamp) {
-                        _ if p.timestamp == MAX_TIMESTAMP => {
-                            let e = ReadError::MaxTimestamp;
-                            return response.with_error_code(errors::read_error_code(&e));
-                        }
                         Some(spec) => log.offset_for(spec),
                         None => {
                             let e = ReadError::Timestamp(p.timestamp);

@@ -121,9 +121,9 @@ pub enum ReadError {
     UnknownTopicOrPartition,
     #[error("isolation level {0} is not 0 (read uncommitted) or 1 (read committed)")]
     IsolationLevel(i8),
-    #[error("the max-timestamp offset spec (-3) is not supported")]
-    MaxTimestamp,
-    #[error("timestamp {0} is not an offset spec (-1 latest, -2 earliest) or a time (0 or more)")]
+    #[error(
+        "timestamp {0} is not an offset spec (-1 latest, -2 earliest, -3 max timestamp, -4 earliest local, -5 latest tiered) or a time (0 or more)"
+    )]
     Timestamp(i64),
 }
 

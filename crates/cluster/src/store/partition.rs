@@ -76,6 +76,9 @@ pub struct ClusterPartition {
     loaded: Mutex<Vec<(u64, Range<u64>, Bytes)>>,
     /// The last lookup by time: (timestamp, the first row whose max timestamp reaches it).
     by_time: Mutex<Option<(i64, Option<Row>)>>,
+    /// The partition's highest timestamp as the last max-timestamp lookup found it in the
+    /// index (the known rows may be a part of the partition).
+    max_time: Mutex<Option<i64>>,
 }
 
 impl std::fmt::Debug for ClusterPartition {
@@ -116,6 +119,7 @@ impl ClusterPartition {
             config: Mutex::new(config),
             loaded: Mutex::new(Vec::new()),
             by_time: Mutex::new(None),
+            max_time: Mutex::new(None),
         }
     }
 
@@ -607,6 +611,28 @@ impl PartitionStorage for ClusterPartition {
 
     fn log_start_offset(&self) -> i64 {
         self.lock().log_start
+    }
+
+    fn max_timestamp(&self) -> Option<i64> {
+        let known = self.lock().rows.values().map(|r| r.max_timestamp).max();
+        let looked_up = *self.max_time.lock().unwrap_or_else(|p| p.into_inner());
+        known.max(looked_up)
+    }
+
+    fn prepare_max_timestamp(&self) -> Option<BoxFuture<'_, Result<(), StorageError>>> {
+        Some(
+            async move {
+                let ts = crate::index::max_timestamp(&self.core.db, self.uuid, self.partition)
+                    .await
+                    .map_err(|e| self.store_error("look up the newest time in the index of", e))?;
+                *self.max_time.lock().unwrap_or_else(|p| p.into_inner()) = ts;
+                match ts.and_then(|ts| self.prepare_offset_for_timestamp(ts)) {
+                    Some(load) => load.await,
+                    None => Ok(()),
+                }
+            }
+            .boxed(),
+        )
     }
 
     fn high_watermark(&self) -> i64 {
