@@ -45,6 +45,10 @@
 //!   active segment here; the consumer-group store in `sluice-groups`).
 //! - `partition`: the log itself, retention, timestamp lookup, close and delete; what a full
 //!   disk and a failed fdatasync each do (a state to wait out, and a failure).
+//! - `compact`: log compaction (`cleanup.policy=compact`): [`PartitionLog::cleanable`] and
+//!   [`PartitionLog::clean`] with [`CleanerLimits`]; the key map and batch rewriting
+//!   (`compact/records.rs`), the crash-safe swap of cleaned segments and its recovery table
+//!   (`compact/swap.rs`), the cleaner checkpoint.
 //! - `space`: [`DataDirSpace`], whether a data directory is full, shared by everything that
 //!   writes into it.
 //! - `latency`: [`LatencyHistogram`] and [`LATENCY_BUCKET_BOUNDS_MICROS`], the one bucket
@@ -55,7 +59,8 @@
 //!
 //! Files in a partition directory: `<base offset, 20 digits>.log` (segment data),
 //! `.index` (offset → position), `.timeindex` (timestamp → offset) and, after a clean shutdown
-//! only, `clean-shutdown`.
+//! only, `clean-shutdown`; for compacted logs `cleaner-checkpoint` and, during a pass,
+//! `<base>-<end>.{log,index,timeindex}.{cleaned,swap}`.
 //!
 //! ## Memory and files per partition
 //! Fixed, whatever the data size: the segment list (about 200 bytes per segment), and the

@@ -19,12 +19,21 @@
 //! | length runs past the end of file (torn body)  | truncate at that batch        | error: corrupt            |
 //! | zeros to the end of file (zero-filled tail)   | truncate at the zeros         | error: corrupt            |
 //! | whole batch with bad CRC/magic/count (bad CRC mid-segment) | truncate at that batch, dropping what follows | error: corrupt |
-//! | batch whose base offset is not the expected next offset | truncate at that batch | error: corrupt       |
+//! | batch whose base offset is not the expected next offset | truncate at that batch | past it: kept (a compaction's gap); before it: error: corrupt |
 //! | empty segment                                 | keep as the active segment    | delete it, unless it is the oldest (it holds the log start; a compaction leaves one) |
 //! | stray `*.tmp`, index without a segment        | deleted                       | deleted                   |
+//! | `B-E.log.cleaned` (a compaction of `[B, E)` before its commit point; `compact/swap.rs`) | every `B-E.*` deleted, the old segments stay | same |
+//! | only `.cleaned` index files of a compaction, no `.swap` | deleted | deleted |
+//! | `B-E.log.swap` (a committed compaction)       | —                             | completed: old segments in `(B, E)` deleted, swaps renamed to `B.*` (a missing index rebuilt) |
+//! | index swaps of a compaction, no `B-E.log.*` (`B.log` already in place) | — | completed: old segments in `(B, E)` deleted, index swaps renamed to `B.*` |
 //! | segment wholly below the `log-start` checkpoint (DeleteRecords; see `start.rs`) | kept (the active segment is never deleted) | deleted |
 //! | `log-start` checkpoint past the end of the log | lowered to the end, with a warning | —                       |
 //! | `log-start` checkpoint not one offset and a newline | error: corrupt            | error: corrupt            |
+//!
+//! A compaction writes whole new sealed segments, durable before a rename commits them (see
+//! `compact/swap.rs`), so the sealed-segment rules hold for them too; what they add is gaps
+//! between batch offsets, empty batches kept for their producer, and possibly an empty oldest
+//! segment.
 //!
 //! A failed append on a full disk is cut back at once (see `segment.rs`); only a crash between
 //! the partial write and the cut can leave its bytes behind, and then they are a torn tail of

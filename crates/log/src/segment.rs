@@ -185,11 +185,19 @@ impl Segment {
                     position: start_size + pos as u64,
                     source,
                 })?;
-            assert!(
-                view.base_offset() >= next,
-                "compaction output offsets must grow: {} after {next}",
-                view.base_offset()
-            );
+            if view.base_offset() < next {
+                return Err(LogError::io(
+                    "write cleaned segment",
+                    &self.path,
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "offsets must grow: a batch at {} after {next}",
+                            view.base_offset()
+                        ),
+                    ),
+                ));
+            }
             notes.push((pos, view.base_offset(), view.len(), view.max_timestamp()));
             next = view.last_offset() + 1;
             pos += view.len();

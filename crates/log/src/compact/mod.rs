@@ -265,6 +265,10 @@ fn plan(view: &LogView, state: &CleanerState, now_ms: i64) -> Result<Option<Plan
 /// The timestamp of a segment's first record (its first batch's; the max timestamp if that
 /// batch's base timestamp is a delete horizon).
 fn first_timestamp(s: &SealedRef) -> Result<i64> {
+    if s.size < HEADER_BYTES as u64 {
+        // No record (an empty oldest segment a compaction kept): never overdue.
+        return Ok(i64::MAX);
+    }
     let mut header = [0u8; HEADER_BYTES];
     s.file
         .read_exact_at(&mut header, 0)
@@ -491,29 +495,31 @@ pub(crate) fn clean(
     pass.outcome.keys_mapped = pass.map.len();
     pass.outcome.segments_read = read_end;
     let mut replacements = Vec::new();
-    let result = pass.rewrite(map_end, &mut replacements);
-    let installed = result.and_then(|()| {
-        if replacements.is_empty() {
-            return Ok(Installed::Done);
-        }
-        sync_dir(&view.dir, &view.faults)?;
-        if crash == Some(CrashPoint::AfterCleaned) {
-            return Ok(Installed::Crashed);
-        }
-        pass.outcome.segments_written = replacements.iter().filter(|r| r.output.is_some()).count();
-        pass.outcome.segments_replaced = replacements.iter().map(|r| r.inputs.len()).sum();
-        pass.outcome.bytes_after = replacements
-            .iter()
-            .filter_map(|r| r.output.as_ref().map(|s| s.size))
-            .sum();
-        log.install_cleaned(&mut replacements, crash)
-    });
-    let installed = match installed {
-        Ok(i) => i,
-        Err(e) => {
-            remove_cleaned(view, &replacements);
-            return Err(e);
-        }
+    let mut written = pass.rewrite(map_end, &mut replacements);
+    if written.is_ok() && !replacements.is_empty() {
+        written = sync_dir(&view.dir, &view.faults);
+    }
+    if let Err(e) = written {
+        // Nothing was renamed yet: the cleaned files are only leftovers.
+        remove_cleaned(view, &replacements);
+        return Err(e);
+    }
+    if crash == Some(CrashPoint::AfterCleaned) {
+        return Ok(pass.outcome);
+    }
+    pass.outcome.segments_written = replacements.iter().filter(|r| r.output.is_some()).count();
+    pass.outcome.segments_replaced = replacements.iter().map(|r| r.inputs.len()).sum();
+    pass.outcome.bytes_after = replacements
+        .iter()
+        .filter_map(|r| r.output.as_ref().map(|s| s.size))
+        .sum();
+    // An error from here on leaves every file where it is: some may have been renamed, and
+    // deleting a `.cleaned` file now could make recovery take a rolled-back group for a
+    // committed one. Recovery decides (the partition has failed; reopening runs it).
+    let installed = if replacements.is_empty() {
+        Installed::Done
+    } else {
+        log.install_cleaned(&mut replacements, crash)?
     };
     let mut outcome = pass.outcome;
     match installed {

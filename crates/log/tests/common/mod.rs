@@ -1,6 +1,8 @@
 //! Helpers shared by the log's integration tests.
 #![allow(dead_code)]
 
+pub mod keyed;
+
 use std::path::Path;
 use std::sync::Arc;
 
