@@ -490,8 +490,15 @@ impl PartitionLog {
     /// Runs on a failed partition too (it only deletes whole sealed segments), so the space it
     /// frees can serve the other partitions of the data directory.
     pub fn apply_retention(&self) -> Result<RetentionOutcome> {
-        // Never while a compaction pass rewrites segments (see `compact/`).
-        let _cleaner = self.cleaner_state();
+        // Never while a compaction pass rewrites segments (see `compact/`): a pass may take
+        // long (throttled), so this round skips the partition rather than wait.
+        let Some(_cleaner) = self.try_cleaner_state() else {
+            tracing::debug!(partition = %self.shared.dir.display(), "retention skipped: a compaction pass is running");
+            return Ok(RetentionOutcome {
+                log_start_offset: self.log_start_offset(),
+                ..RetentionOutcome::default()
+            });
+        };
         let now = self.shared.clock.now_ms();
         let mut st = self.lock_readable()?;
         let mut outcome = RetentionOutcome::default();
@@ -761,49 +768,18 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// How dirty this compacted log is, and why it is due for a compaction pass; `None` if it
-    /// is not due (or its policy does not compact). For a scheduler that cleans the dirtiest
-    /// log first (see `compact/`). Waits while a pass or a retention pass of this partition
-    /// runs.
-    pub fn cleanable(&self, now_ms: i64) -> Option<crate::compact::Cleanable> {
-        let state = self.cleaner_state();
-        let view = self.compaction_view().ok()?;
-        crate::compact::cleanable(&view, &state, now_ms)
-    }
-
-    /// Runs one compaction pass if the log is due (see `compact/` for what a pass keeps and
-    /// removes), within `limits`. Appends and reads go on meanwhile: the cleaned segments are
-    /// built outside the partition lock, which is taken only to swap them in.
-    ///
-    /// Durability: on return the cleaned segments have replaced the old ones durably (data and
-    /// indexes fdatasynced, renames and unlinks covered by directory fsyncs) and the cleaner
-    /// checkpoint is written; a crash at any point leaves a state recovery completes or rolls
-    /// back. Offsets never change. Refused on a failed partition ([`LogError::Failed`]); an
-    /// I/O error after the commit point fails the partition (reopening completes the swap).
-    pub fn clean(
-        &self,
-        now_ms: i64,
-        limits: &crate::compact::CleanerLimits,
-    ) -> Result<crate::compact::CleanOutcome> {
-        self.clean_stopping_at(now_ms, limits, None)
-    }
-
-    /// [`PartitionLog::clean`] that stops at `crash` as if the process died there, leaving the
-    /// files as they are (tests of recovery; not for production use). Abandon the log after.
-    #[doc(hidden)]
-    pub fn clean_stopping_at(
-        &self,
-        now_ms: i64,
-        limits: &crate::compact::CleanerLimits,
-        crash: Option<crate::compact::CrashPoint>,
-    ) -> Result<crate::compact::CleanOutcome> {
-        let mut state = self.cleaner_state();
-        let view = self.compaction_view()?;
-        crate::compact::clean(self, &mut state, &view, now_ms, limits, crash)
-    }
-
-    fn cleaner_state(&self) -> MutexGuard<'_, crate::compact::CleanerState> {
+    /// The cleaner lock and state (see `compact/`), held for a whole compaction pass.
+    pub(crate) fn cleaner_state(&self) -> MutexGuard<'_, crate::compact::CleanerState> {
         self.shared.cleaner.lock().expect("cleaner state poisoned")
+    }
+
+    /// The cleaner lock, unless a pass holds it.
+    pub(crate) fn try_cleaner_state(&self) -> Option<MutexGuard<'_, crate::compact::CleanerState>> {
+        match self.shared.cleaner.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("cleaner state poisoned"),
+        }
     }
 
     /// The sealed, wholly durable segments, for a compaction pass to read without the lock.

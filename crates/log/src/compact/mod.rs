@@ -200,6 +200,44 @@ pub(crate) struct LogView {
     pub sealed: Vec<SealedRef>,
 }
 
+impl crate::PartitionLog {
+    /// How dirty this compacted log is, and why it is due for a compaction pass; `None` if it
+    /// is not due (or its policy does not compact). For a scheduler that cleans the dirtiest
+    /// log first (see `compact/`). `None` too while a pass of this partition runs.
+    pub fn cleanable(&self, now_ms: i64) -> Option<Cleanable> {
+        let state = self.try_cleaner_state()?;
+        let view = self.compaction_view().ok()?;
+        cleanable(&view, &state, now_ms)
+    }
+
+    /// Runs one compaction pass if the log is due (see `compact/` for what a pass keeps and
+    /// removes), within `limits`. Appends and reads go on meanwhile: the cleaned segments are
+    /// built outside the partition lock, which is taken only to swap them in.
+    ///
+    /// Durability: on return the cleaned segments have replaced the old ones durably (data and
+    /// indexes fdatasynced, renames and unlinks covered by directory fsyncs) and the cleaner
+    /// checkpoint is written; a crash at any point leaves a state recovery completes or rolls
+    /// back. Offsets never change. Refused on a failed partition ([`LogError::Failed`]); an
+    /// I/O error after the commit point fails the partition (reopening completes the swap).
+    pub fn clean(&self, now_ms: i64, limits: &CleanerLimits) -> Result<CleanOutcome> {
+        self.clean_stopping_at(now_ms, limits, None)
+    }
+
+    /// [`crate::PartitionLog::clean`] that stops at `crash` as if the process died there, leaving the
+    /// files as they are (tests of recovery; not for production use). Abandon the log after.
+    #[doc(hidden)]
+    pub fn clean_stopping_at(
+        &self,
+        now_ms: i64,
+        limits: &CleanerLimits,
+        crash: Option<CrashPoint>,
+    ) -> Result<CleanOutcome> {
+        let mut state = self.cleaner_state();
+        let view = self.compaction_view()?;
+        clean(self, &mut state, &view, now_ms, limits, crash)
+    }
+}
+
 /// Which segments a pass covers.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
