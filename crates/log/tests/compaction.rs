@@ -660,3 +660,48 @@ fn recovery_rolls_back_leftovers_of_a_pass_that_was_still_writing() {
     );
     model.check(&log).unwrap();
 }
+
+/// DeleteRecords does not wait for a pass: a pass whose segments it removed meanwhile swaps
+/// nothing in, and the log stays right.
+#[test]
+fn a_pass_whose_segments_went_meanwhile_is_abandoned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = common::committer();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), compact_config(), &c, &clock);
+    let mut model = Model::default();
+    fill(&log, &mut model, 10, 6, T0);
+    let cleaner = log.clone();
+    let pass = std::thread::spawn(move || {
+        let limits = CleanerLimits {
+            io_bytes_per_second: Some(20_000),
+            ..CleanerLimits::default()
+        };
+        cleaner.clean(T0, &limits).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let start = log.delete_records(20).unwrap();
+    let outcome = pass.join().unwrap();
+    assert!(outcome.abandoned, "{outcome:?}");
+    assert_eq!(log.log_start_offset(), start);
+    let leftovers = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name().into_string().unwrap();
+            name.ends_with(".cleaned") || name.ends_with(".swap")
+        })
+        .count();
+    assert_eq!(leftovers, 0);
+    // The next pass cleans what is left.
+    let again = log.clean(T0, &CleanerLimits::default()).unwrap();
+    assert!(!again.abandoned && again.records_removed > 0);
+    model.all.retain(|o, _| *o >= start);
+    let read = read_records(&log);
+    assert!(read.iter().all(|(o, r)| model.all.get(o) == Some(r)));
+    for (k, (o, v)) in model.latest() {
+        assert!(
+            read.iter()
+                .any(|(ro, r)| *ro == o && r.key.as_ref() == Some(&k) && r.value == v)
+        );
+    }
+}

@@ -40,7 +40,8 @@
 //!   runs for another reason (the earliest horizon is kept in memory).
 //!
 //! Concurrency: one pass at a time per partition, and never at the same time as that
-//! partition's retention pass (both take the partition's cleaner lock). DeleteRecords does not
+//! partition's retention pass (both take the partition's cleaner lock; a retention round skips
+//! a partition whose pass is running rather than wait for it). DeleteRecords does not
 //! wait for a pass; the swap checks that every segment it replaces is still there and abandons
 //! the pass otherwise. Readers holding an old segment's file keep reading it after the swap
 //! unlinks it.
