@@ -1,6 +1,8 @@
 """DeleteRecords as the Kafka ecosystem calls it: confluent-kafka's AdminClient.delete_records
 and Kafka's own `kafka-delete-records` and `kafka-get-offsets` (GetOffsetShell) tools, which
-also looks up the max-timestamp offset (`--time -3`).
+also looks up the max-timestamp offset (`--time -3`); and the describe calls of Kafka's tools:
+`kafka-topics --describe` (DescribeTopicPartitions) and `kafka-log-dirs --describe`
+(DescribeLogDirs).
 
 Each test creates its own one-partition topic, writes 20 records, moves the log start, and
 checks the low watermark every client reports, what a consumer reading from the earliest
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -31,6 +34,8 @@ T0 = 1_700_000_000_000  # record i's timestamp is T0 + i
 TOOLS = {
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
 }
 
 
@@ -134,4 +139,40 @@ def test_kafka_delete_records_and_get_offsets_tools(bootstrap):
     run = tool("kafka-get-offsets", bootstrap, "--topic", topic, "--time", "-3")
     assert run.returncode == 0, run.stderr + run.stdout
     assert run.stdout.split() == [f"{topic}:0:19"], run.stdout
+    AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])
+
+
+def test_kafka_topics_and_log_dirs_describe(bootstrap):
+    topic = new_topic(bootstrap, "describe", records=5)
+    def described():
+        run = tool("kafka-topics", bootstrap, "--describe", "--topic", topic)
+        lines = [line for line in run.stdout.splitlines() if line.strip()]
+        ok = (run.returncode == 0 and len(lines) == 2 and f"Topic: {topic}" in lines[0]
+              and "PartitionCount: 1" in lines[0] and "Partition: 0" in lines[1]
+              and "Leader: " in lines[1] and "Leader: none" not in lines[1])
+        return ok, run
+
+    def log_dirs():
+        run = tool("kafka-log-dirs", bootstrap, "--describe", "--topic-list", topic)
+        report = None
+        for line in run.stdout.splitlines():
+            if line.startswith("{"):
+                report = json.loads(line)
+        if run.returncode != 0 or report is None:
+            return False, run
+        dirs = [d for b in report["brokers"] for d in b["logDirs"]]
+        partitions = [p for d in dirs for p in d["partitions"]]
+        ok = ([p["partition"] for p in partitions] == [f"{topic}-0"] and partitions[0]["size"] > 0
+              and all(d["error"] is None for d in dirs))
+        return ok, report
+
+    # Right after the produce a broker may still be catching up (Kafka's metadata, Sluice's
+    # other brokers in cluster mode): each answer gets a few tries.
+    for check in (described, log_dirs):
+        deadline = time.monotonic() + 30
+        ok, last = check()
+        while not ok and time.monotonic() < deadline:
+            time.sleep(1)
+            ok, last = check()
+        assert ok, f"{check.__name__}: {last}"
     AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])

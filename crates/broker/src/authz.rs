@@ -12,7 +12,8 @@
 //!
 //! The operation each API needs is Kafka's (`KafkaApis`): Produce WRITE on the topic; Fetch
 //! READ; ListOffsets and Metadata DESCRIBE, and a Metadata that would auto-create a topic
-//! CREATE on the cluster or the topic; CreateTopics CREATE; DeleteTopics and DeleteRecords DELETE;
+//! CREATE on the cluster or the topic; CreateTopics CREATE; DeleteTopics and DeleteRecords DELETE; DescribeTopicPartitions
+//! DESCRIBE on each topic; DescribeLogDirs DESCRIBE on the cluster;
 //! CreatePartitions ALTER; DescribeConfigs DESCRIBE_CONFIGS and the Alter APIs ALTER_CONFIGS
 //! (on the topic, or on the cluster for broker configs); the group APIs READ (join, sync,
 //! heartbeat, leave, commit; and READ on each committed topic), DESCRIBE (find, describe,
@@ -250,6 +251,15 @@ pub fn gate(broker: &Broker, s: &Subject<'_>, body: RequestKind, version: i16) -
                 }),
             )
         }
+        Rq::DescribeLogDirs(req) => {
+            if s.may_cluster(Op::Describe) {
+                return Gate::Pass(Rq::DescribeLogDirs(req), None);
+            }
+            Gate::Answer(ResponseKind::DescribeLogDirs(
+                DescribeLogDirsResponse::default().with_error_code(CLUSTER_DENIED),
+            ))
+        }
+        Rq::DescribeTopicPartitions(req) => describe_topic_partitions(broker, s, req),
         Rq::DeleteRecords(mut req) => {
             let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
                 s.may_topic(Op::Delete, &t.name)
@@ -1058,6 +1068,69 @@ fn metadata(broker: &Broker, s: &Subject<'_>, mut req: MetadataRequest) -> Gate 
             if cluster_ops {
                 r.cluster_authorized_operations = s.operations(Rt::Cluster, CLUSTER);
             }
+        }),
+    )
+}
+
+/// DescribeTopicPartitions: DESCRIBE on each topic. Listing every topic, only those the
+/// subject may describe are asked for (so that paging counts only them; none at all is an
+/// empty answer); named ones it may not are answered TOPIC_AUTHORIZATION_FAILED.
+fn describe_topic_partitions(
+    broker: &Broker,
+    s: &Subject<'_>,
+    mut req: DescribeTopicPartitionsRequest,
+) -> Gate {
+    use describe_topic_partitions_request::TopicRequest;
+    use describe_topic_partitions_response::DescribeTopicPartitionsResponseTopic as Topic;
+    let mut denied = Vec::new();
+    if req.topics.is_empty() {
+        req.topics = broker
+            .topics()
+            .all()
+            .iter()
+            .filter(|t| s.may_topic(Op::Describe, &t.name))
+            .map(|t| TopicRequest::default().with_name(TopicName(str_bytes(t.name.clone()))))
+            .collect();
+        if req.topics.is_empty() {
+            return Gate::Answer(ResponseKind::DescribeTopicPartitions(
+                DescribeTopicPartitionsResponse::default(),
+            ));
+        }
+    } else {
+        let (ok, refused) = split(std::mem::take(&mut req.topics), |t| {
+            s.may_topic(Op::Describe, &t.name)
+        });
+        req.topics = ok;
+        denied = refused
+            .into_iter()
+            .map(|t| {
+                Topic::default()
+                    .with_name(Some(t.name))
+                    .with_error_code(TOPIC_DENIED)
+                    .with_topic_authorized_operations(i32::MIN)
+            })
+            .collect();
+        if req.topics.is_empty() {
+            return Gate::Answer(ResponseKind::DescribeTopicPartitions(
+                DescribeTopicPartitionsResponse::default().with_topics(denied),
+            ));
+        }
+    }
+    Gate::Pass(
+        RequestKind::DescribeTopicPartitions(req),
+        patch(move |r, s| {
+            let ResponseKind::DescribeTopicPartitions(r) = r else {
+                return;
+            };
+            for t in &mut r.topics {
+                if t.error_code == 0
+                    && let Some(name) = &t.name
+                {
+                    t.topic_authorized_operations = s.operations(Rt::Topic, name);
+                }
+            }
+            r.topics.extend(denied);
+            r.topics.sort_by(|a, b| a.name.cmp(&b.name));
         }),
     )
 }

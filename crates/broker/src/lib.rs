@@ -778,6 +778,23 @@ impl Broker {
                 )))
             }
             .boxed(),
+            RequestKind::DescribeLogDirs(req) => ready(ResponseKind::DescribeLogDirs(
+                handlers::describe_log_dirs::handle(self, req),
+            )),
+            RequestKind::DescribeTopicPartitions(req) => {
+                let zone = handlers::metadata::client_zone(&client_id).map(str::to_owned);
+                let named = req.topics.iter().map(|t| t.name.0.as_str());
+                let missed = self.misses_catalog(named);
+                self.after_miss(missed, move |b| {
+                    let r = handlers::describe_topic_partitions::handle(
+                        &b,
+                        req,
+                        zone.as_deref(),
+                        listener,
+                    );
+                    futures::future::ready(Some(ResponseKind::DescribeTopicPartitions(r))).boxed()
+                })
+            }
             RequestKind::DeleteRecords(req) => async move {
                 if this.misses_catalog(req.topics.iter().map(|t| t.name.0.as_str())) {
                     this.refresh_on_miss().await;

@@ -24,6 +24,8 @@ pub fn set_throttle_time(body: &mut ResponseKind, ms: i32) {
         CreateTopics,
         DeleteTopics,
         DeleteRecords,
+        DescribeLogDirs,
+        DescribeTopicPartitions,
         DescribeConfigs,
         AlterConfigs,
         CreatePartitions,

@@ -305,6 +305,11 @@ impl TopicRegistry {
     }
 
     /// Whether topics come from a cluster's catalog (see [`TopicRegistry::cluster`]).
+    /// Where another backend keeps the partitions (its URL); `None` for local logs.
+    pub fn storage_label(&self) -> Option<String> {
+        self.backend.as_ref().map(|b| b.label())
+    }
+
     pub fn is_cluster(&self) -> bool {
         self.applied.is_some()
     }

@@ -181,6 +181,10 @@ struct FakeBackend {
 }
 
 impl PartitionOpener for FakeBackend {
+    fn label(&self) -> String {
+        "memory".to_owned()
+    }
+
     fn open_partition(
         &self,
         topic_id: [u8; 16],

@@ -454,6 +454,10 @@ impl ObjectBackend {
 }
 
 impl PartitionOpener for ObjectBackend {
+    fn label(&self) -> String {
+        self.core.url_label()
+    }
+
     fn open_partition(
         &self,
         topic_id: [u8; 16],

@@ -462,4 +462,8 @@ pub trait PartitionOpener: Send + Sync + std::fmt::Debug {
 
     /// Where metadata file changes are made durable.
     fn journal(&self) -> std::sync::Arc<dyn MetaJournal>;
+
+    /// Where the partitions are kept, for people: the bucket's URL (DescribeLogDirs reports
+    /// it as the log directory).
+    fn label(&self) -> String;
 }

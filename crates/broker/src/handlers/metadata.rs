@@ -111,18 +111,7 @@ pub fn handle(
     let cfg = broker.config();
     let (nodes, controller) = super::cluster::brokers(broker, listener);
     let listed: BTreeSet<i32> = nodes.iter().map(|n| n.node_id).collect();
-    // The leader of each partition: this broker alone, or the store's spread over the live
-    // ones (this broker if it names one not listed: never a leader the client cannot find).
-    let me = cfg.node_id;
-    let leader = |topic: &Topic, p: i32| match broker.cluster() {
-        Some(meta) => Some(match zone {
-            Some(zone) => meta.leader_in_zone(topic.id, p, zone),
-            None => meta.leader_for(topic.id, p),
-        })
-        .filter(|l| listed.contains(l))
-        .unwrap_or(me),
-        None => me,
-    };
+    let leader = leaders(broker, listed, zone);
     let describe = |t: &Topic| describe(t, |p| leader(t, p));
     let topics = match req.topics {
         None => broker.topics().all().iter().map(|t| describe(t)).collect(),
@@ -171,6 +160,26 @@ pub fn handle(
         .with_cluster_id(Some(str_bytes(cfg.cluster_id.clone())))
         .with_controller_id(BrokerId(controller))
         .with_topics(topics)
+}
+
+/// The leader of each partition: this broker alone, or the cluster store's spread over the
+/// live ones `listed` (from `zone`'s brokers when the client names one; this broker if the
+/// store names one not listed: never a leader the client cannot find).
+pub(crate) fn leaders<'a>(
+    broker: &'a Broker,
+    listed: BTreeSet<i32>,
+    zone: Option<&'a str>,
+) -> impl Fn(&Topic, i32) -> i32 + 'a {
+    let me = broker.config().node_id;
+    move |topic: &Topic, p: i32| match broker.cluster() {
+        Some(meta) => Some(match zone {
+            Some(zone) => meta.leader_in_zone(topic.id, p, zone),
+            None => meta.leader_for(topic.id, p),
+        })
+        .filter(|l| listed.contains(l))
+        .unwrap_or(me),
+        None => me,
+    }
 }
 
 fn find_by_id(broker: &Broker, id: Uuid) -> Option<Arc<Topic>> {

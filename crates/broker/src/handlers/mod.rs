@@ -8,6 +8,8 @@ pub mod consumer_group;
 pub mod create_topics;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_log_dirs;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod groups;
 pub mod init_producer_id;

@@ -705,6 +705,10 @@ impl ClusterStore {
 }
 
 impl PartitionOpener for ClusterStore {
+    fn label(&self) -> String {
+        self.core.url_label.clone()
+    }
+
     fn open_partition(
         &self,
         topic_id: [u8; 16],

@@ -5,7 +5,8 @@
 //       > crates/protocol/src/guard/layouts.rs && cargo fmt -p sluice-protocol
 // Spec files read (their validVersions): RequestHeader 0-2; Produce 0-11; Fetch 0-17;
 // ListOffsets 0-10; Metadata 0-12; ApiVersions 0-4; CreateTopics 0-7; DeleteTopics 0-6;
-// DeleteRecords 0-2 (added by hand from DeleteRecordsRequest.json);
+// DeleteRecords 0-2, DescribeLogDirs 1-4, DescribeTopicPartitions 0-0 (added by hand from
+// their *Request.json);
 // DescribeConfigs 0-4; AlterConfigs 0-2; CreatePartitions 0-3; IncrementalAlterConfigs 0-1;
 // DescribeCluster 0-1; InitProducerId 0-5; FindCoordinator 0-6; JoinGroup 0-9; SyncGroup 0-5;
 // Heartbeat 0-4; LeaveGroup 0-5; OffsetCommit 0-9; OffsetFetch 0-9; OffsetDelete 0-0;
@@ -344,6 +345,63 @@ static DELETE_RECORDS_REQUEST_FIELDS: Struct = Struct {
             V(0, MAX),
         ),
         Field::new("timeout_ms", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+    ],
+};
+
+static DESCRIBE_LOG_DIRS_REQUEST_DESCRIBABLE_LOG_DIR_TOPIC: Struct = Struct {
+    name: "DescribableLogDirTopic",
+    fields: &[
+        Field::new("topic", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("partitions", Ty::Array(Elem::Prim(Int32)), V(0, MAX)),
+    ],
+};
+
+static DESCRIBE_LOG_DIRS_REQUEST_FIELDS: Struct = Struct {
+    name: "DescribeLogDirsRequest",
+    fields: &[Field::new(
+        "topics",
+        Ty::Array(Elem::Struct(
+            &DESCRIBE_LOG_DIRS_REQUEST_DESCRIBABLE_LOG_DIR_TOPIC,
+        )),
+        V(0, MAX),
+    )
+    .nullable()],
+};
+
+static DESCRIBE_TOPIC_PARTITIONS_REQUEST_TOPIC_REQUEST: Struct = Struct {
+    name: "TopicRequest",
+    fields: &[Field::new("name", Ty::One(Elem::Prim(String)), V(0, MAX))],
+};
+
+static DESCRIBE_TOPIC_PARTITIONS_REQUEST_CURSOR: Struct = Struct {
+    name: "Cursor",
+    fields: &[
+        Field::new("topic_name", Ty::One(Elem::Prim(String)), V(0, MAX)),
+        Field::new("partition_index", Ty::One(Elem::Prim(Int32)), V(0, MAX)),
+    ],
+};
+
+static DESCRIBE_TOPIC_PARTITIONS_REQUEST_FIELDS: Struct = Struct {
+    name: "DescribeTopicPartitionsRequest",
+    fields: &[
+        Field::new(
+            "topics",
+            Ty::Array(Elem::Struct(
+                &DESCRIBE_TOPIC_PARTITIONS_REQUEST_TOPIC_REQUEST,
+            )),
+            V(0, MAX),
+        ),
+        Field::new(
+            "response_partition_limit",
+            Ty::One(Elem::Prim(Int32)),
+            V(0, MAX),
+        ),
+        Field::new(
+            "cursor",
+            Ty::One(Elem::Struct(&DESCRIBE_TOPIC_PARTITIONS_REQUEST_CURSOR)),
+            V(0, MAX),
+        )
+        .nullable(),
     ],
 };
 
@@ -1343,6 +1401,16 @@ pub(crate) static REQUESTS: &[Message] = &[
         api_key: 21,
         flexible: V(2, MAX),
         body: &DELETE_RECORDS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 35,
+        flexible: V(2, MAX),
+        body: &DESCRIBE_LOG_DIRS_REQUEST_FIELDS,
+    },
+    Message {
+        api_key: 75,
+        flexible: V(0, MAX),
+        body: &DESCRIBE_TOPIC_PARTITIONS_REQUEST_FIELDS,
     },
     Message {
         api_key: 32,

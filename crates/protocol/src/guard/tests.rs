@@ -83,6 +83,8 @@ fn default_body(api: ApiKey) -> RequestKind {
         ApiKey::CreateTopics => RequestKind::CreateTopics(Default::default()),
         ApiKey::DeleteTopics => RequestKind::DeleteTopics(Default::default()),
         ApiKey::DeleteRecords => RequestKind::DeleteRecords(Default::default()),
+        ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(Default::default()),
+        ApiKey::DescribeTopicPartitions => RequestKind::DescribeTopicPartitions(Default::default()),
         ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),
         ApiKey::AlterConfigs => RequestKind::AlterConfigs(Default::default()),
         ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
