@@ -10,6 +10,8 @@
 #   compat/run.sh --storage cluster            # three `sluice serve --storage s3://... --metadata postgres://...`
 #                                              # on that MinIO and a PostgreSQL the suite starts
 #   compat/run.sh -k kcat                      # any pytest arguments (paths relative to compat/python/)
+#   compat/run.sh --scorecard                  # the suite (without the crash tests) against Sluice and
+#                                              # against Apache Kafka, then compat/SCORECARD.md from both
 #
 # Environment: SLUICE_BIN (broker binary; default target/debug/sluice, built with cargo),
 # SLUICE_COMPAT_STORAGE (local, object or cluster: the default of --storage), SLUICE_MINIO_BIN
@@ -20,6 +22,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
+
+# --scorecard is this script's own; everything else goes to pytest.
+scorecard=0
+args=()
+for arg in "$@"; do
+  if [ "$arg" = --scorecard ]; then scorecard=1; else args+=("$arg"); fi
+done
+set -- ${args[@]+"${args[@]}"}
 
 # --storage object and cluster need a MinIO binary; say how to get one before installing anything else.
 # (conftest.py reads --storage itself; this only looks for it.)
@@ -91,5 +101,38 @@ if [ "$(cat .cache/maven.sha256 2>/dev/null)" != "$want" ]; then
   fi
 fi
 
+# Go (the franz-go and sarama programs, built by test_go_clients.py into .cache/go-bin; the
+# modules come from the Go module proxy into Go's own caches) and Node.js with kafkajs, installed
+# with `npm ci` into node/node_modules once per package-lock.json.
+need go || apt_install golang-go
+need node || apt_install nodejs
+need npm || apt_install npm
+want="$(sha256sum <node/package-lock.json | cut -d' ' -f1)"
+if [ ! -f node/node_modules/kafkajs/package.json ] || [ "$(cat .cache/npm.sha256 2>/dev/null)" != "$want" ]; then
+  echo "compat: installing kafkajs (npm ci in compat/node)" >&2
+  mkdir -p .cache
+  if (cd node && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+    echo "$want" >.cache/npm.sha256
+  else
+    echo "compat: warning: npm ci failed; test_node_client.py will report it" >&2
+  fi
+fi
+
 cd python  # pytest.ini and conftest.py live here
-exec ../.venv/bin/python -m pytest "$@"
+if [ "$scorecard" = 0 ]; then
+  exec ../.venv/bin/python -m pytest "$@"
+fi
+
+# --scorecard: the suite against Sluice (with --storage, if given, else local) and against a
+# fresh Apache Kafka, each writing its outcomes to .results/ (git-ignored), then SCORECARD.md.
+# The crash tests are left out: they take minutes, and run only against Sluice anyway.
+skip_long=(--ignore=test_crash.py --ignore=test_groups_crash.py --ignore=test_share_crash.py)
+mkdir -p ../.results
+sluice_status=0
+../.venv/bin/python -m pytest "${skip_long[@]}" --scorecard-json ../.results/sluice.json "$@" || sluice_status=$?
+kafka_status=0
+../.venv/bin/python -m pytest --target kafka-baseline "${skip_long[@]}" --scorecard-json ../.results/kafka-baseline.json "$@" \
+  || kafka_status=$?
+../.venv/bin/python ../scorecard.py --out ../SCORECARD.md ../.results/sluice.json ../.results/kafka-baseline.json
+echo "compat: pytest exit status against Sluice $sluice_status, against Kafka $kafka_status" >&2
+[ "$sluice_status" = 0 ] && [ "$kafka_status" = 0 ]

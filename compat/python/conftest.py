@@ -129,6 +129,13 @@ def pytest_addoption(parser):
         "Default: $SLUICE_COMPAT_STORAGE, else local",
     )
     group.addoption(
+        "--scorecard-json",
+        metavar="PATH",
+        default=None,
+        help="write every test's outcome, labelled (client, feature), and the client versions to PATH "
+        "(JSON) for compat/scorecard.py; compat/run.sh --scorecard passes it",
+    )
+    group.addoption(
         "--kafka-request-log",
         action="store_true",
         help="kafka-baseline only: have Kafka log every request and write the API keys and "
@@ -139,6 +146,11 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     global STORAGE
     STORAGE = config.getoption("--storage")
+    config.addinivalue_line(
+        "markers",
+        "scorecard(client, feature): the row of compat/SCORECARD.md this test is (default: derived "
+        "from its file and name, see scorecard_label)",
+    )
     # SIGTERM/SIGHUP end the session like Ctrl-C, so that fixture teardown and atexit stop
     # every broker and MinIO this process started (also those a test starts of its own).
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -219,7 +231,185 @@ def client_versions() -> str:
     pom = (COMPAT_DIR / "java" / "pom.xml").read_text()
     m = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
     found.append(f"kafka-clients {m.group(1) if m else '?'} (Java)")
+    found += [f"{name} {version}" for name, version in pinned_go_node_versions().items()]
     return ", ".join(found)
+
+
+def pinned_go_node_versions() -> dict[str, str]:
+    """The Go and Node.js clients' versions, as pinned in compat/go/go.mod and
+    compat/node/package-lock.json (what `go build` and `npm ci` install)."""
+    found = {}
+    try:
+        gomod = (COMPAT_DIR / "go" / "go.mod").read_text()
+        for name, module in (("franz-go", "github.com/twmb/franz-go"), ("kadm", "github.com/twmb/franz-go/pkg/kadm"),
+                             ("sarama", "github.com/IBM/sarama")):
+            m = re.search(rf"^\s*{re.escape(module)} (v\S+)", gomod, re.M)
+            found[name] = m.group(1) if m else "?"
+    except OSError:
+        pass
+    try:
+        lock = json.loads((COMPAT_DIR / "node" / "package-lock.json").read_text())
+        found["kafkajs"] = lock["packages"]["node_modules/kafkajs"]["version"]
+    except (OSError, KeyError, ValueError):
+        pass
+    return found
+
+
+def client_version_table() -> dict[str, str]:
+    """client -> version, for the scorecard's header (compat/scorecard.py)."""
+    table = {}
+    try:
+        out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=10).stdout
+        m = re.search(r"Version (\S+).*?librdkafka (\S+)", out, re.S)
+        table["kcat"] = f"{m.group(1)} (librdkafka {m.group(2)})" if m else "?"
+    except (OSError, subprocess.TimeoutExpired):
+        table["kcat"] = "missing"
+    try:
+        import confluent_kafka
+
+        table["confluent-kafka (Python)"] = f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})"
+    except ImportError:
+        table["confluent-kafka (Python)"] = "missing"
+    try:
+        import kafka
+
+        table["kafka-python"] = kafka.__version__
+    except ImportError:
+        table["kafka-python"] = "missing"
+    m = re.search(r"<kafka.version>([^<]+)</kafka.version>", (COMPAT_DIR / "java" / "pom.xml").read_text())
+    table["Java kafka-clients"] = m.group(1) if m else "?"
+    go_node = pinned_go_node_versions()
+    if "franz-go" in go_node:
+        table["franz-go"] = f"{go_node['franz-go']} (kadm {go_node.get('kadm', '?')})"
+    for name in ("sarama", "kafkajs"):
+        if name in go_node:
+            table[name] = go_node[name]
+    baseline = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
+    try:
+        m = re.search(r"<kafka.version>([^<]+)</kafka.version>", (baseline / "pom.xml").read_text())
+        table["Kafka CLI tools (kafka-tools)"] = m.group(1) if m else "?"
+    except OSError:
+        pass
+    return table
+
+
+# --------------------------------------------------------------------------- scorecard results
+#
+# With --scorecard-json PATH, every test's outcome is recorded under a (client, feature) label
+# and written to PATH at the end of the session; compat/scorecard.py merges the files of a
+# Sluice run and a Kafka run into compat/SCORECARD.md.
+
+# Files whose tests are all one client's steps: file -> client.
+SCORECARD_FILE_CLIENTS = {
+    "test_kcat.py": "kcat",
+    "test_confluent_kafka.py": "confluent-kafka (Python)",
+    "test_kafka_python.py": "kafka-python",
+}
+# Test functions that are one client's steps, parametrized by the step: function -> client.
+SCORECARD_FUNCTION_CLIENTS = {
+    "test_franz_go": "franz-go",
+    "test_sarama": "sarama",
+    "test_kafkajs": "kafkajs",
+}
+# Files that check one area with several clients or tools: file -> the row group's name.
+SCORECARD_AREAS = {
+    "test_groups.py": "consumer groups (several clients)",
+    "test_admin_records.py": "DeleteRecords (confluent-kafka, Kafka CLI tools)",
+    "test_share.py": "share groups (Kafka CLI tools, confluent-kafka)",
+    "test_transactions.py": "transactions (confluent-kafka, Java)",
+    "test_quotas.py": "client quotas (Kafka CLI tools, clients)",
+    "test_security.py": "TLS, SASL and ACLs (every client; Sluice's own brokers)",
+    "test_http.py": "Sluice HTTP API (with Kafka clients)",
+    "test_http_fuzz.py": "Sluice HTTP API (with Kafka clients)",
+    "test_cluster.py": "cluster mode (several clients)",
+    "test_object_storage.py": "object storage (confluent-kafka)",
+    "test_crash.py": "crash tests",
+    "test_groups_crash.py": "crash tests",
+    "test_share_crash.py": "crash tests",
+}
+JAVA_CLASS_CLIENTS = {"AdminClientTest": "Java AdminClient"}
+
+_scorecard: dict[str, dict] = {}  # nodeid -> {"client", "feature", "outcome", "reason"}
+_scorecard_labels: dict[str, tuple[str, str]] = {}
+
+
+def scorecard_label(item) -> tuple[str, str]:
+    """(client, feature) of a test: its `scorecard` marker, else derived from file and name."""
+    marker = item.get_closest_marker("scorecard")
+    if marker is not None:
+        return marker.kwargs.get("client") or marker.args[0], marker.kwargs.get("feature") or marker.args[1]
+    file = Path(str(item.fspath)).name
+    func = item.originalname if hasattr(item, "originalname") else item.name.split("[")[0]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if func in SCORECARD_FUNCTION_CLIENTS:
+        return SCORECARD_FUNCTION_CLIENTS[func], str(params.get("step", item.name))
+    if func == "test_java" and "cls" in params:
+        cls = params["cls"].rsplit(".", 1)[-1]
+        return JAVA_CLASS_CLIENTS.get(cls, "Java kafka-clients"), f"{cls}.{params['method']}"
+    feature = item.name.removeprefix("test_")
+    if file in SCORECARD_FILE_CLIENTS:
+        return SCORECARD_FILE_CLIENTS[file], feature
+    return SCORECARD_AREAS.get(file, file.removeprefix("test_").removesuffix(".py").replace("_", " ")), feature
+
+
+def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        _scorecard_labels[item.nodeid] = scorecard_label(item)
+
+
+def _short_reason(report) -> str:
+    """One line saying why a test failed or was skipped."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    text = getattr(report, "longreprtext", "") or ""
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    lines = errors or [line.strip() for line in text.splitlines() if line.strip()]
+    reason = " ".join(lines[:3]) if errors else (lines[0] if lines else "")
+    return reason[:400]
+
+
+def pytest_runtest_logreport(report):
+    label = _scorecard_labels.get(report.nodeid)
+    if label is None:
+        return
+    entry = _scorecard.setdefault(report.nodeid, {"client": label[0], "feature": label[1], "outcome": None, "reason": ""})
+    if hasattr(report, "wasxfail"):
+        if report.skipped:
+            entry.update(outcome="xfailed", reason=str(report.wasxfail))
+        elif report.passed and report.when == "call":
+            entry.update(outcome="xpassed", reason=str(report.wasxfail))
+        return
+    if report.failed:
+        if entry["outcome"] != "failed":
+            entry.update(outcome="failed", reason=("(in teardown) " if report.when == "teardown" else "") + _short_reason(report))
+    elif report.skipped:
+        entry.update(outcome="skipped", reason=_short_reason(report))
+    elif report.passed and report.when == "call" and entry["outcome"] is None:
+        entry.update(outcome="passed")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = session.config.getoption("--scorecard-json")
+    if not path:
+        return
+    config = session.config
+    target = config.getoption("--target")
+    if target == "kafka-baseline":
+        version = client_version_table().get("Kafka CLI tools (kafka-tools)", "?")
+        label = f"Apache Kafka {version}"
+    else:
+        label = f"Sluice ({STORAGE})"
+    data = {
+        "label": label,
+        "target": target,
+        "storage": STORAGE if target == "sluice" else None,
+        "bootstrap": config.getoption("--bootstrap"),
+        "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "clients": client_version_table(),
+        "results": [dict(nodeid=nodeid, **entry) for nodeid, entry in _scorecard.items() if entry["outcome"]],
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=1) + "\n")
 
 
 # --------------------------------------------------------------------------- helpers
