@@ -427,6 +427,13 @@ fn the_dirty_ratio_and_max_compaction_lag_decide_when_a_log_is_due() {
     model.check(&log).unwrap();
     // And the active segment rolls at max.compaction.lag.ms, so it can be cleaned.
     assert_eq!(config.roll_ms(), Some(60_000));
+    let segments = log.segment_count();
+    clock.set(T0 + 59_000);
+    log.roll_if_aged().unwrap();
+    assert_eq!(log.segment_count(), segments);
+    clock.set(T0 + 60_001);
+    log.roll_if_aged().unwrap();
+    assert_eq!(log.segment_count(), segments + 1);
 }
 
 #[test]
