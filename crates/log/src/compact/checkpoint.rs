@@ -1,6 +1,8 @@
 //! The cleaner checkpoint: `cleaner-checkpoint` in the partition directory, one line
-//! `<first dirty offset>\n`, the offset up to which the last pass compacted the log (Kafka
-//! keeps the same number in one `cleaner-offset-checkpoint` file per data directory).
+//! `<first dirty offset> <next delete horizon ms, or ->\n`: the offset up to which the last
+//! pass compacted the log (Kafka keeps the same number in one `cleaner-offset-checkpoint` file
+//! per data directory), and the earliest delete horizon of a tombstone it kept, so that a
+//! restart does not forget when tombstones are due for removal.
 //!
 //! It is only a hint for the dirty ratio and for where the next key map starts: everything
 //! before it holds at most one record per key (readable by the cleaner). Written after a pass
@@ -21,26 +23,52 @@ use crate::recovery::sync_dir;
 /// Name of the checkpoint file in a partition directory.
 pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-checkpoint";
 
-/// The checkpointed first dirty offset, 0 if there is none (or it cannot be read).
-pub(crate) fn read(dir: &Path) -> i64 {
-    let path = dir.join(CLEANER_CHECKPOINT_FILE);
-    match fs::read_to_string(&path) {
-        Ok(text) => match text.strip_suffix('\n').and_then(|t| t.parse::<i64>().ok()) {
-            Some(offset) if offset >= 0 => offset,
-            _ => {
-                tracing::warn!(path = %path.display(), "unreadable cleaner checkpoint; the whole log counts as dirty");
-                0
-            }
-        },
-        Err(_) => 0,
+/// What a checkpoint holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Checkpoint {
+    pub first_dirty: i64,
+    pub next_horizon_ms: Option<i64>,
+}
+
+impl Checkpoint {
+    fn parse(text: &str) -> Option<Checkpoint> {
+        let line = text.strip_suffix('\n')?;
+        let (offset, horizon) = match line.split_once(' ') {
+            Some((o, h)) => (o, Some(h)),
+            None => (line, None),
+        };
+        let first_dirty = offset.parse::<i64>().ok().filter(|o| *o >= 0)?;
+        let next_horizon_ms = match horizon {
+            None | Some("-") => None,
+            Some(h) => Some(h.parse().ok()?),
+        };
+        Some(Checkpoint {
+            first_dirty,
+            next_horizon_ms,
+        })
     }
 }
 
-/// Replaces the checkpoint with `offset`, durably.
-pub(crate) fn write(dir: &Path, offset: i64, faults: &DiskFaults) -> Result<()> {
+/// The checkpoint (first dirty offset 0, no horizon if there is none or it cannot be read).
+pub(crate) fn read(dir: &Path) -> Checkpoint {
+    let path = dir.join(CLEANER_CHECKPOINT_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => Checkpoint::parse(&text).unwrap_or_else(|| {
+            tracing::warn!(path = %path.display(), "unreadable cleaner checkpoint; the whole log counts as dirty");
+            Checkpoint::default()
+        }),
+        Err(_) => Checkpoint::default(),
+    }
+}
+
+/// Replaces the checkpoint, durably.
+pub(crate) fn write(dir: &Path, checkpoint: Checkpoint, faults: &DiskFaults) -> Result<()> {
     let path = dir.join(CLEANER_CHECKPOINT_FILE);
     let tmp = dir.join(format!("{CLEANER_CHECKPOINT_FILE}.tmp"));
-    let text = format!("{offset}\n");
+    let text = match checkpoint.next_horizon_ms {
+        Some(h) => format!("{} {h}\n", checkpoint.first_dirty),
+        None => format!("{} -\n", checkpoint.first_dirty),
+    };
     faults
         .create(&tmp)
         .map_err(|e| LogError::write("create cleaner checkpoint", &tmp, e))?;
@@ -73,10 +101,24 @@ mod tests {
     #[test]
     fn round_trips_and_a_bad_file_reads_as_zero() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read(dir.path()), 0);
-        write(dir.path(), 1234, &DiskFaults::none()).unwrap();
-        assert_eq!(read(dir.path()), 1234);
-        fs::write(dir.path().join(CLEANER_CHECKPOINT_FILE), b"12x\n").unwrap();
-        assert_eq!(read(dir.path()), 0);
+        assert_eq!(read(dir.path()), Checkpoint::default());
+        for c in [
+            Checkpoint {
+                first_dirty: 1234,
+                next_horizon_ms: Some(99),
+            },
+            Checkpoint {
+                first_dirty: 7,
+                next_horizon_ms: None,
+            },
+        ] {
+            write(dir.path(), c, &DiskFaults::none()).unwrap();
+            assert_eq!(read(dir.path()), c);
+        }
+        let file = dir.path().join(CLEANER_CHECKPOINT_FILE);
+        fs::write(&file, b"12\n").unwrap();
+        assert_eq!(read(dir.path()).first_dirty, 12, "the offset alone is fine");
+        fs::write(&file, b"12x\n").unwrap();
+        assert_eq!(read(dir.path()), Checkpoint::default());
     }
 }

@@ -36,8 +36,6 @@
 //!   one is ever removed (a value of its key hidden in the compressed batch would come back).
 //! - Transactional and control batches are kept whole in the same way (aborted transactions
 //!   are not tracked; the broker refuses transactional produces today).
-//! - After a restart, tombstones whose horizon passed are only noticed by the next pass that
-//!   runs for another reason (the earliest horizon is kept in memory).
 //!
 //! Concurrency: one pass at a time per partition, and never at the same time as that
 //! partition's retention pass (both take the partition's cleaner lock; a retention round skips
@@ -166,15 +164,16 @@ pub struct CleanOutcome {
 pub(crate) struct CleanerState {
     /// The cleaner checkpoint (`checkpoint.rs`).
     pub first_dirty: i64,
-    /// The earliest delete horizon of a tombstone the last pass kept.
+    /// The earliest delete horizon of a tombstone the last pass kept (checkpointed too).
     pub next_horizon_ms: Option<i64>,
 }
 
 impl CleanerState {
     pub fn load(dir: &Path) -> CleanerState {
+        let checkpoint = checkpoint::read(dir);
         CleanerState {
-            first_dirty: checkpoint::read(dir),
-            next_horizon_ms: None,
+            first_dirty: checkpoint.first_dirty,
+            next_horizon_ms: checkpoint.next_horizon_ms,
         }
     }
 }
@@ -568,13 +567,18 @@ pub(crate) fn clean(
             outcome.abandoned = true;
         }
         Installed::Done => {
-            if map_end > 0 {
-                let first_dirty = view.sealed[map_end - 1].end.max(state.first_dirty);
-                if first_dirty != state.first_dirty {
-                    checkpoint::write(&view.dir, first_dirty, &view.faults)?;
-                    state.first_dirty = first_dirty;
-                }
+            let first_dirty = match map_end {
+                0 => state.first_dirty,
+                n => view.sealed[n - 1].end.max(state.first_dirty),
+            };
+            if (first_dirty, pass.next_horizon_ms) != (state.first_dirty, state.next_horizon_ms) {
+                let next = checkpoint::Checkpoint {
+                    first_dirty,
+                    next_horizon_ms: pass.next_horizon_ms,
+                };
+                checkpoint::write(&view.dir, next, &view.faults)?;
             }
+            state.first_dirty = first_dirty;
             state.next_horizon_ms = pass.next_horizon_ms;
         }
     }
