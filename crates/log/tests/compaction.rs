@@ -316,6 +316,25 @@ fn a_producers_last_batch_stays_as_an_empty_header() {
         ),
         (last7 + 1, 1, 2)
     );
+    // Once producer 7 has a later batch, the empty header goes at the next pass.
+    append(
+        &log,
+        &batch(&[rec(Some("c"), Some(&big))], T0, Some((7, 1, 4))),
+    );
+    for i in 8..16 {
+        append(
+            &log,
+            &batch(&[rec(Some(&format!("z{i}")), Some(&big))], T0, None),
+        );
+    }
+    log.clean(T0, &CleanerLimits::default()).unwrap();
+    let views: Vec<_> = read_batches(&log);
+    let empties = views
+        .iter()
+        .map(|b| BatchView::parse_stored(b).unwrap())
+        .filter(|v| v.record_count() == 0)
+        .count();
+    assert_eq!(empties, 0);
 }
 
 #[test]

@@ -234,6 +234,21 @@ pub(crate) fn filter_batch(
     out: &mut Vec<u8>,
 ) -> Filtered {
     let bytes = view.bytes();
+    if records.is_empty() {
+        // An empty header an earlier pass kept for its producer: it goes once a later batch
+        // of the producer carries the producer's state.
+        if filter.keep_if_emptied {
+            out.extend_from_slice(bytes);
+            return Filtered {
+                unchanged: true,
+                ..Filtered::default()
+            };
+        }
+        return Filtered {
+            dropped: true,
+            ..Filtered::default()
+        };
+    }
     let body = &bytes[HEADER_BYTES..];
     let base = view.base_offset();
     let horizon_passed = view.has_delete_horizon() && filter.now_ms >= view.base_timestamp();
@@ -468,6 +483,11 @@ mod tests {
             BatchView::parse(&out).is_err(),
             "appends would refuse an empty batch"
         );
+        // Kept while it is the producer's last batch, dropped once it is not.
+        let (r, again) = run(&out, &map, &keep);
+        assert!(r.unchanged && again == out);
+        let (r, gone) = run(&out, &map, &filter(0));
+        assert!(r.dropped && !r.unchanged && gone.is_empty());
     }
 
     #[test]
