@@ -9,7 +9,7 @@ still be running and its log must show no panic.
 
 One check is left out: `positive_data_acceptance`, which expects every schema-valid request to
 succeed. Some refusals depend on data no schema can express (an offset past the end of a
-partition is 416, `cleanup.policy` other than "delete" is 400), and those answers are checked by
+partition is 416, `cleanup.policy=compact` in object-storage mode is 400), and those answers are checked by
 test_http.py instead.
 """
 

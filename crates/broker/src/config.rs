@@ -66,6 +66,9 @@ pub struct BrokerConfig {
     /// or a simulated disk (`tests/simulation.rs`). Topic metadata, producer-id blocks and
     /// quotas are written with real fsyncs, outside the seam.
     pub disk_faults: DiskFaults,
+    /// The log cleaner's limits (compacted topics): its key map's memory, its I/O rate and
+    /// buffer, named as Kafka's `log.cleaner.*` settings.
+    pub cleaner: sluice_log::CleanerLimits,
 }
 
 impl BrokerConfig {
@@ -90,6 +93,7 @@ impl BrokerConfig {
             memory_limit: crate::memory::MEMORY_LIMIT_DEFAULT,
             groups: sluice_groups::GroupConfig::default(),
             disk_faults: DiskFaults::none(),
+            cleaner: sluice_log::CleanerLimits::default(),
         }
     }
 
@@ -244,12 +248,38 @@ pub fn load_or_create_cluster_id(
 /// The topic-level configs Sluice implements, with their Kafka names.
 pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "cleanup.policy",
+    "delete.retention.ms",
+    "max.compaction.lag.ms",
     "max.message.bytes",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
     "retention.bytes",
     "retention.ms",
     "segment.bytes",
     "segment.ms",
 ];
+
+/// `cleanup.policy` as Kafka writes it: a list of `delete` and `compact`.
+fn parse_cleanup_policy(value: &str) -> Result<sluice_log::CleanupPolicy, ConfigError> {
+    use sluice_log::CleanupPolicy;
+    let (mut delete, mut compact) = (false, false);
+    for item in value.split(',').map(str::trim) {
+        match item {
+            "delete" if !delete => delete = true,
+            "compact" if !compact => compact = true,
+            _ => {
+                return Err(ConfigError(format!(
+                    "cleanup.policy '{value}' is not a list of 'delete' and 'compact' (each at most once)"
+                )));
+            }
+        }
+    }
+    Ok(match (delete, compact) {
+        (true, true) => CleanupPolicy::CompactDelete,
+        (false, true) => CleanupPolicy::Compact,
+        _ => CleanupPolicy::Delete,
+    })
+}
 
 /// A topic's config overrides (name → value as given), validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -286,11 +316,23 @@ impl TopicConfig {
         };
         match name {
             "cleanup.policy" => {
-                if value != "delete" {
+                parse_cleanup_policy(value)?;
+            }
+            "min.cleanable.dirty.ratio" => {
+                let v: f64 = value.trim().parse().map_err(|e| {
+                    ConfigError(format!("{name} must be a number, got '{value}' ({e})"))
+                })?;
+                if !(0.0..=1.0).contains(&v) {
                     return Err(ConfigError(format!(
-                        "cleanup.policy '{value}' is not supported: only 'delete' (compaction is not implemented)"
+                        "{name} must be between 0 and 1, got {v}"
                     )));
                 }
+            }
+            "min.compaction.lag.ms" | "delete.retention.ms" => {
+                int(0)?;
+            }
+            "max.compaction.lag.ms" => {
+                int(1)?;
             }
             "retention.ms" | "retention.bytes" => {
                 int(-1)?;
@@ -356,7 +398,49 @@ impl TopicConfig {
         if let Some(v) = self.int("segment.ms") {
             c.segment_ms = Some(v);
         }
+        if let Some(v) = self.0.get("cleanup.policy") {
+            c.cleanup_policy = parse_cleanup_policy(v).unwrap_or(c.cleanup_policy);
+        }
+        if let Some(v) = self
+            .0
+            .get("min.cleanable.dirty.ratio")
+            .and_then(|v| v.parse().ok())
+        {
+            c.min_cleanable_dirty_ratio = sluice_log::DirtyRatio(v);
+        }
+        if let Some(v) = self.int("min.compaction.lag.ms") {
+            c.min_compaction_lag_ms = v;
+        }
+        if let Some(v) = self.int("max.compaction.lag.ms") {
+            // Kafka's default, Long.MAX_VALUE, is "no maximum".
+            c.max_compaction_lag_ms = (v < i64::MAX).then_some(v);
+        }
+        if let Some(v) = self.int("delete.retention.ms") {
+            c.delete_retention_ms = v;
+        }
         c
+    }
+
+    /// Whether these overrides compact the topic (`cleanup.policy` holds `compact`).
+    pub fn compacts(&self) -> bool {
+        self.0
+            .get("cleanup.policy")
+            .and_then(|v| parse_cleanup_policy(v).ok())
+            .is_some_and(|p| p.compacts())
+    }
+
+    /// Refuses what the storage holding the topic cannot do: compaction is the local log's
+    /// (`local`: partitions are local logs). The message says what to use instead.
+    pub fn check_storage(&self, local: bool) -> Result<(), ConfigError> {
+        if self.compacts() && !local {
+            return Err(ConfigError(
+                "cleanup.policy=compact is not supported in object-storage or cluster mode yet \
+                 (only the local log compacts): use cleanup.policy=delete, or a broker on local \
+                 disk"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     /// Effective `max.message.bytes`.
@@ -372,7 +456,17 @@ impl TopicConfig {
             .iter()
             .map(|&name| {
                 let value = match name {
-                    "cleanup.policy" => "delete".to_owned(),
+                    "cleanup.policy" => self
+                        .0
+                        .get("cleanup.policy")
+                        .cloned()
+                        .unwrap_or_else(|| "delete".to_owned()),
+                    "delete.retention.ms" => log.delete_retention_ms.to_string(),
+                    "max.compaction.lag.ms" => {
+                        log.max_compaction_lag_ms.unwrap_or(i64::MAX).to_string()
+                    }
+                    "min.cleanable.dirty.ratio" => log.min_cleanable_dirty_ratio.0.to_string(),
+                    "min.compaction.lag.ms" => log.min_compaction_lag_ms.to_string(),
                     "max.message.bytes" => {
                         self.max_message_bytes(broker.max_message_bytes).to_string()
                     }
@@ -506,11 +600,40 @@ mod tests {
                 .contains("at least")
         );
         assert!(
-            c.set("cleanup.policy", Some("compact"))
+            c.set("cleanup.policy", Some("shred"))
                 .unwrap_err()
                 .0
-                .contains("delete")
+                .contains("'delete' and 'compact'")
         );
+        c.set("cleanup.policy", Some("delete, compact")).unwrap();
+        assert!(c.compacts());
+        assert!(c.check_storage(true).is_ok());
+        assert!(
+            c.check_storage(false)
+                .unwrap_err()
+                .0
+                .contains("object-storage")
+        );
+        let compacted = c.log_config(&LogConfig::default());
+        assert_eq!(
+            compacted.cleanup_policy,
+            sluice_log::CleanupPolicy::CompactDelete
+        );
+        c.set("cleanup.policy", None).unwrap();
+        assert!(
+            c.set("min.cleanable.dirty.ratio", Some("2"))
+                .unwrap_err()
+                .0
+                .contains("between 0 and 1")
+        );
+        assert!(c.set("max.compaction.lag.ms", Some("0")).is_err());
+        c.set("max.compaction.lag.ms", Some(&i64::MAX.to_string()))
+            .unwrap();
+        assert_eq!(
+            c.log_config(&LogConfig::default()).max_compaction_lag_ms,
+            None
+        );
+        c.set("max.compaction.lag.ms", None).unwrap();
         assert!(
             c.set("flush.ms", Some("1"))
                 .unwrap_err()

@@ -50,7 +50,9 @@ pub(crate) fn produce_error_code(e: &ProduceError) -> i16 {
         ProduceError::IdempotentOverHttp
         | ProduceError::UnexpectedDuplicate
         | ProduceError::Transactional
-        | ProduceError::MixedProducers => ResponseError::InvalidRecord.code(),
+        | ProduceError::MixedProducers
+        | ProduceError::KeylessInCompacted { .. }
+        | ProduceError::UnreadableForCompaction { .. } => ResponseError::InvalidRecord.code(),
         ProduceError::NotConsecutive { .. } => ResponseError::OutOfOrderSequenceNumber.code(),
         ProduceError::Producer(e) => producer_error_code(e),
         ProduceError::Batch(e) => batch_error_code(e),

@@ -451,6 +451,7 @@ impl Broker {
         configs: TopicConfig,
     ) -> Result<Arc<Topic>, catalog::ChangeError> {
         let (meta, sync) = self.cluster_parts()?;
+        self.topics.check_configs(&configs)?;
         self.topics
             .validate_create(name, partitions, self.config.partitions_per_topic_max)?;
         let id = Uuid::new_v4();
@@ -1015,6 +1016,61 @@ impl Broker {
         // Freed space ends a full-disk state at once rather than at the next write.
         self.data_dir_space().recheck();
         deleted
+    }
+
+    /// Runs one compaction pass on the local log that needs it most (Kafka's log cleaner
+    /// order: a log past `max.compaction.lag.ms` first, then the highest dirty ratio), within
+    /// [`BrokerConfig::cleaner`]. Returns the topic, partition and what the pass did, or `None`
+    /// when no compacted log is due. Blocking (reads and writes segments): call it off the
+    /// async threads, one caller at a time; appends and reads go on meanwhile.
+    pub fn clean_dirtiest(&self) -> Option<(String, i32, sluice_log::CleanOutcome)> {
+        let now = self.now_ms();
+        let mut best: Option<(bool, f64, Arc<Topic>, i32)> = None;
+        for topic in self.topics.all() {
+            if !topic.config().compacts() {
+                continue;
+            }
+            for (p, log) in topic.partitions().iter().enumerate() {
+                let Some(local) = log.as_local() else {
+                    continue;
+                };
+                let Some(due) = local.cleanable(now) else {
+                    continue;
+                };
+                let urgent = due.reason == sluice_log::CleanReason::MaxCompactionLag;
+                let better = best
+                    .as_ref()
+                    .is_none_or(|(u, ratio, _, _)| (urgent, due.dirty_ratio) > (*u, *ratio));
+                if better {
+                    best = Some((urgent, due.dirty_ratio, Arc::clone(&topic), p as i32));
+                }
+            }
+        }
+        let (_, _, topic, p) = best?;
+        let log = topic.partition(p)?;
+        let local = log.as_local()?;
+        match local.clean(now, &self.config.cleaner) {
+            Ok(outcome) => {
+                self.metrics.cleaned(&outcome);
+                tracing::info!(
+                    topic = %topic.name,
+                    partition = p,
+                    reason = ?outcome.reason,
+                    dirty_ratio = outcome.dirty_ratio,
+                    bytes_before = outcome.bytes_before,
+                    bytes_after = outcome.bytes_after,
+                    records_removed = outcome.records_removed,
+                    elapsed_ms = outcome.elapsed.as_millis() as u64,
+                    "log cleaner: compacted a partition"
+                );
+                Some((topic.name.clone(), p, outcome))
+            }
+            Err(e) => {
+                self.metrics.cleaner_failed();
+                tracing::error!(topic = %topic.name, partition = p, error = %e, "log cleaner: the compaction pass failed");
+                None
+            }
+        }
     }
 
     /// Flushes and closes every partition log and the group store cleanly (and, in cluster

@@ -64,6 +64,19 @@ pub struct Metrics {
     /// Produce requests dropped because they waited past their timeout before they started.
     produce_expired: AtomicU64,
     listener: ListenerMetrics,
+    cleaner: CleanerMetrics,
+}
+
+/// The log cleaner's totals (compacted topics).
+#[derive(Debug, Default)]
+struct CleanerMetrics {
+    passes: AtomicU64,
+    failures: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    records_removed: AtomicU64,
+    /// Microseconds spent in passes, I/O throttling included.
+    busy_micros: AtomicU64,
 }
 
 /// Why the Kafka listener closed a connection on its own, as the `reason` label.
@@ -106,6 +119,7 @@ impl Default for Metrics {
             records_out: AtomicU64::new(0),
             produce_expired: AtomicU64::new(0),
             listener: ListenerMetrics::default(),
+            cleaner: CleanerMetrics::default(),
         }
     }
 }
@@ -129,6 +143,30 @@ impl Metrics {
             .fetch_add(bytes_in as u64, Ordering::Relaxed);
         self.kafka_bytes_out
             .fetch_add(bytes_out as u64, Ordering::Relaxed);
+    }
+
+    /// A log cleaner pass ended well (one that found nothing due counts nothing).
+    pub fn cleaned(&self, outcome: &sluice_log::CleanOutcome) {
+        if outcome.reason.is_none() {
+            return;
+        }
+        let c = &self.cleaner;
+        c.passes.fetch_add(1, Ordering::Relaxed);
+        c.bytes_read
+            .fetch_add(outcome.bytes_read, Ordering::Relaxed);
+        c.bytes_written
+            .fetch_add(outcome.bytes_written, Ordering::Relaxed);
+        c.records_removed
+            .fetch_add(outcome.records_removed, Ordering::Relaxed);
+        c.busy_micros.fetch_add(
+            u64::try_from(outcome.elapsed.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A log cleaner pass failed (logged with its error).
+    pub fn cleaner_failed(&self) {
+        self.cleaner.failures.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One Produce dropped unstarted: it waited past its `timeout_ms` in the broker.
@@ -249,6 +287,42 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
         "gauge",
         "Kafka client connections open now.",
         m.listener.open.load(Ordering::Relaxed),
+    );
+    let c = &m.cleaner;
+    for (name, help, value) in [
+        (
+            "sluice_log_cleaner_passes_total",
+            "Compaction passes of compacted topics' partitions that ended well.",
+            c.passes.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_log_cleaner_failures_total",
+            "Compaction passes that failed (logged with their error).",
+            c.failures.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_log_cleaner_read_bytes_total",
+            "Segment bytes the log cleaner read.",
+            c.bytes_read.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_log_cleaner_written_bytes_total",
+            "Cleaned segment bytes the log cleaner wrote.",
+            c.bytes_written.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_log_cleaner_records_removed_total",
+            "Records the log cleaner removed (superseded by a later record of their key, or expired tombstones).",
+            c.records_removed.load(Ordering::Relaxed),
+        ),
+    ] {
+        out.single(name, "counter", help, value);
+    }
+    out.single(
+        "sluice_log_cleaner_busy_seconds_total",
+        "counter",
+        "Time spent in compaction passes, I/O throttling included.",
+        c.busy_micros.load(Ordering::Relaxed) as f64 / 1e6,
     );
     out.family(
         "sluice_kafka_connections_closed_total",

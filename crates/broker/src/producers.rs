@@ -392,14 +392,16 @@ impl PartitionProducers {
     /// Remembers every idempotent batch in `records` (whole batches with assigned offsets).
     fn replay(&mut self, mut records: &[u8]) -> i64 {
         let mut next = -1;
-        while let Ok(view) = BatchView::parse(records) {
+        // Stored batches: a compaction may have removed records (down to none), but it keeps
+        // the last offset delta, and with it the batch's last sequence.
+        while let Ok(view) = BatchView::parse_stored(records) {
             if view.producer_id() >= 0 {
                 let first = view.base_sequence();
                 self.record(
                     view.producer_id(),
                     view.producer_epoch(),
                     first,
-                    last_seq(first, view.record_count()),
+                    last_seq(first, view.last_offset_delta().saturating_add(1)),
                     view.base_offset(),
                 );
             }

@@ -471,6 +471,13 @@ impl TopicRegistry {
             .collect()
     }
 
+    /// Refuses configs the storage cannot honour (compaction outside the local log).
+    pub fn check_configs(&self, configs: &TopicConfig) -> Result<(), TopicError> {
+        configs
+            .check_storage(self.backend.is_none())
+            .map_err(|e| TopicError::Config(e.0))
+    }
+
     /// Checks what [`TopicRegistry::create`] would check, without creating anything.
     pub fn validate_create(
         &self,
@@ -504,6 +511,7 @@ impl TopicRegistry {
     ) -> Result<Arc<Topic>, TopicError> {
         let _admin = self.admin.lock().expect("admin lock");
         self.local_only("create")?;
+        self.check_configs(&configs)?;
         self.validate_create(name, partitions, broker.partitions_per_topic_max)?;
         let meta = TopicFile {
             id: Uuid::new_v4(),

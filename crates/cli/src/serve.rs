@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sluice_broker::Broker;
@@ -48,7 +48,8 @@ pub struct ServeArgs {
     /// http_header_read_timeout_ms, http_body_read_timeout_ms, http_idle_timeout_ms,
     /// http_max_connections, http_api_keys, advertised_host, auto_create_topics,
     /// default_partitions, retention_ms, retention_bytes, retention_check_interval_ms,
-    /// segment_bytes, segment_ms, flush_interval_ms, sync_threads, max_request_bytes,
+    /// log_cleaner_dedupe_buffer_bytes, log_cleaner_io_max_bytes_per_second,
+    /// log_cleaner_backoff_ms, segment_bytes, segment_ms, flush_interval_ms, sync_threads, max_request_bytes,
     /// memory_limit, fetch_max_bytes,
     /// request_timeout_ms, connections_max_idle_ms, max_connections, max_connections_per_ip,
     /// max_message_bytes, group_initial_rebalance_delay_ms,
@@ -96,6 +97,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         storage,
         advertised_host,
         retention_check_interval,
+        log_cleaner_backoff,
     } = args.settings.or(file).resolve()?;
     // Bad TLS files stop the start here, before anything binds.
     let needs_tls = http_tls || listeners.iter().any(|l| l.protocol.uses_tls());
@@ -162,7 +164,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             kafka.push((listener, bound, spec.protocol));
         }
         (broker_config.advertised_host, broker_config.advertised_port) = broker_config.advertised(0);
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         // Cluster mode (--metadata): the bucket, PostgreSQL and the registration, then the
         // broker over them. Otherwise one broker, on local disk or on a bucket of its own.
         let joined = match storage.as_ref().and_then(|s| s.metadata.as_ref().map(|m| (s, m))) {
@@ -406,7 +408,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 }
             })
         };
+        let cleaner_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if broker.topics().storage_label().is_none() {
+            start_log_cleaner(&broker, log_cleaner_backoff, &cleaner_stop)?;
+        }
         wait_for_signal().await;
+        cleaner_stop.store(true, std::sync::atomic::Ordering::Release);
         tracing::info!("shutting down: closing connections, flushing partitions");
         let _ = stop_tx.send(true);
         for server in servers {
@@ -450,6 +457,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shut down cleanly");
         anyhow::Ok(())
     })
+}
+
+/// Starts the log cleaner of compacted topics (local disk only): a thread of its own, since a
+/// pass reads and writes whole segments (appends never wait for it), that cleans the dirtiest
+/// due partition, again at once while some are due, else every `backoff`. It stops between
+/// passes once `stop` is set; a pass cut short by the process's end leaves files recovery
+/// completes or rolls back.
+fn start_log_cleaner(
+    broker: &Arc<Broker>,
+    backoff: Duration,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let (broker, stop) = (Arc::clone(broker), Arc::clone(stop));
+    std::thread::Builder::new()
+        .name("sluice-log-cleaner".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                if broker.clean_dirtiest().is_some() {
+                    continue;
+                }
+                let until = Instant::now() + backoff;
+                while !stop.load(Ordering::Acquire) && Instant::now() < until {
+                    std::thread::sleep(backoff.min(Duration::from_millis(100)));
+                }
+            }
+        })
+        .context("starting the log cleaner thread")?;
+    Ok(())
 }
 
 /// Opens object-storage mode: logs `storage: s3://BUCKET/PREFIX`, then the bucket's start

@@ -180,6 +180,18 @@ settings! {
         /// how often the cleaner runs on the broker that holds its lease [default: 60000]
         #[arg(long, env = "SLUICE_RETENTION_CHECK_INTERVAL_MS")]
         retention_check_interval_ms: u64,
+        /// Memory for the log cleaner's key map in one compaction pass, a size such as 64MiB
+        /// (Kafka's log.cleaner.dedupe.buffer.size) [default: 128MiB]
+        #[arg(long, env = "SLUICE_LOG_CLEANER_DEDUPE_BUFFER_BYTES")]
+        log_cleaner_dedupe_buffer_bytes: ByteSize,
+        /// Bytes per second the log cleaner may read and write, a size such as 50MiB; unset for
+        /// no limit (Kafka's log.cleaner.io.max.bytes.per.second) [default: no limit]
+        #[arg(long, env = "SLUICE_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
+        log_cleaner_io_max_bytes_per_second: ByteSize,
+        /// How long the log cleaner sleeps when no compacted partition is due (Kafka's
+        /// log.cleaner.backoff.ms) [default: 15000]
+        #[arg(long, env = "SLUICE_LOG_CLEANER_BACKOFF_MS")]
+        log_cleaner_backoff_ms: u64,
         /// Segment file size [default: 1073741824 = 1 GiB]
         #[arg(long, env = "SLUICE_SEGMENT_BYTES")]
         segment_bytes: u64,
@@ -350,6 +362,8 @@ pub struct Resolved {
     pub storage: Option<StorageSettings>,
     /// How often retention runs (the cleaner's interval in cluster mode).
     pub retention_check_interval: Duration,
+    /// How long the log cleaner sleeps when no compacted partition is due.
+    pub log_cleaner_backoff: Duration,
 }
 
 /// Object-storage mode's settings, checked.
@@ -426,6 +440,23 @@ impl Settings {
                 "retention_check_interval_ms must be between 100 and 86400000 (a day), not {retention_check_interval_ms}"
             );
         }
+        let log_cleaner_backoff_ms = self.log_cleaner_backoff_ms.unwrap_or(15_000);
+        if !(10..=86_400_000).contains(&log_cleaner_backoff_ms) {
+            bail!(
+                "log_cleaner_backoff_ms must be between 10 and 86400000 (a day), not {log_cleaner_backoff_ms}"
+            );
+        }
+        if broker_config.cleaner.dedupe_buffer_bytes < 1 << 20 {
+            bail!(
+                "log_cleaner_dedupe_buffer_bytes must be at least 1MiB, not {}",
+                broker_config.cleaner.dedupe_buffer_bytes
+            );
+        }
+        if broker_config.cleaner.io_bytes_per_second == Some(0) {
+            bail!(
+                "log_cleaner_io_max_bytes_per_second must be more than 0 (leave it unset for no limit)"
+            );
+        }
 
         let authorizer = self.authorizer()?;
         if storage.as_ref().is_some_and(|s| s.metadata.is_some()) && listeners.len() > 1 {
@@ -455,6 +486,7 @@ impl Settings {
             server_config,
             storage,
             retention_check_interval: Duration::from_millis(retention_check_interval_ms),
+            log_cleaner_backoff: Duration::from_millis(log_cleaner_backoff_ms),
         })
     }
 
@@ -721,6 +753,12 @@ impl Settings {
             c.log.segment_ms = Some(v);
         }
         self.apply_groups(&mut c.groups);
+        if let Some(v) = self.log_cleaner_dedupe_buffer_bytes {
+            c.cleaner.dedupe_buffer_bytes = v.bytes();
+        }
+        if let Some(v) = self.log_cleaner_io_max_bytes_per_second {
+            c.cleaner.io_bytes_per_second = Some(v.bytes());
+        }
         if let Some(v) = self.sync_threads {
             c.sync_threads = v;
         }

@@ -73,8 +73,9 @@ struct CreateArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
     partitions: Option<i32>,
     /// A topic setting, e.g. retention.ms=86400000; repeat for several (Sluice knows
-    /// retention.ms, retention.bytes, segment.bytes, segment.ms, cleanup.policy,
-    /// max.message.bytes)
+    /// retention.ms, retention.bytes, segment.bytes, segment.ms, max.message.bytes,
+    /// cleanup.policy=delete|compact|compact,delete, min.cleanable.dirty.ratio,
+    /// min.compaction.lag.ms, max.compaction.lag.ms, delete.retention.ms)
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     configs: Vec<(String, String)>,
     #[command(flatten)]

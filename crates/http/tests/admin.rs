@@ -203,7 +203,7 @@ async fn create_refuses_bad_input() {
             "segment.bytes must be at least",
         ),
         (
-            r#"{"name": "t", "configs": {"cleanup.policy": "compact"}}"#,
+            r#"{"name": "t", "configs": {"cleanup.policy": "shred"}}"#,
             400,
             "cleanup.policy",
         ),

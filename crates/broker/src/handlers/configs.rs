@@ -40,13 +40,20 @@ const SOURCE_GROUP: i8 = 8;
 const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
+const TYPE_DOUBLE: i8 = 6;
 const TYPE_LIST: i8 = 7;
 
 fn config_type(name: &str) -> i8 {
     match name {
         "cleanup.policy" => TYPE_LIST,
         "max.message.bytes" | "segment.bytes" => TYPE_INT,
-        "retention.ms" | "retention.bytes" | "segment.ms" => TYPE_LONG,
+        "retention.ms"
+        | "retention.bytes"
+        | "segment.ms"
+        | "delete.retention.ms"
+        | "min.compaction.lag.ms"
+        | "max.compaction.lag.ms" => TYPE_LONG,
+        "min.cleanable.dirty.ratio" => TYPE_DOUBLE,
         "consumer.session.timeout.ms"
         | "consumer.heartbeat.interval.ms"
         | "share.session.timeout.ms"
@@ -192,6 +199,8 @@ fn alter_topic(
     for (key, value) in &changes {
         configs.set(key, value.as_deref())?;
     }
+    let local = broker.topics().storage_label().is_none();
+    configs.check_storage(local)?;
     if validate_only {
         return Ok(None);
     }

@@ -35,7 +35,7 @@ pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> A
         .into_iter()
         .map(|t| {
             let result = CreatableTopicResult::default().with_name(t.name.clone());
-            (result, check(broker.config(), t))
+            (result, check(broker, t))
         })
         .collect();
     if let (Some(meta), Some(sync)) = (broker.cluster(), broker.catalog_sync()) {
@@ -75,7 +75,8 @@ pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> A
 }
 
 /// What every mode checks before it creates anything.
-fn check(cfg: &BrokerConfig, t: CreatableTopic) -> Result<Checked, AdminError> {
+fn check(broker: &Broker, t: CreatableTopic) -> Result<Checked, AdminError> {
+    let cfg = broker.config();
     if t.replication_factor != -1 && t.replication_factor != 1 {
         return Err(AdminError::ReplicationFactor(t.replication_factor));
     }
@@ -86,6 +87,7 @@ fn check(cfg: &BrokerConfig, t: CreatableTopic) -> Result<Checked, AdminError> {
     for c in &t.configs {
         configs.set(&c.name, c.value.as_deref())?;
     }
+    configs.check_storage(broker.topics().storage_label().is_none())?;
     let partitions = if t.num_partitions == -1 {
         cfg.default_partitions
     } else {

@@ -248,7 +248,7 @@ fn record_count(response: &FetchResponse) -> u64 {
     let mut count = 0u64;
     for partition in response.responses.iter().flat_map(|t| &t.partitions) {
         let mut rest: &[u8] = partition.records.as_deref().unwrap_or_default();
-        while let Ok(view) = BatchView::parse(rest) {
+        while let Ok(view) = BatchView::parse_stored(rest) {
             count += u64::try_from(view.record_count()).unwrap_or(0);
             rest = &rest[view.len()..];
         }

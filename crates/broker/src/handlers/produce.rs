@@ -70,6 +70,12 @@ pub enum ProduceError {
     Transactional,
     #[error("all batches of one partition in a request must come from the same producer")]
     MixedProducers,
+    #[error(
+        "compacted topic '{topic}' cannot accept a record without a key (partition {partition}): compaction keeps the latest record of each key"
+    )]
+    KeylessInCompacted { topic: String, partition: i32 },
+    #[error("the records of a batch for compacted topic '{topic}' cannot be read: {reason}")]
+    UnreadableForCompaction { topic: String, reason: String },
     #[error("batches in one request are not consecutive: {next} after {last}")]
     NotConsecutive { next: i32, last: i32 },
     #[error(transparent)]
@@ -256,6 +262,9 @@ fn append(
     if let Some(size) = oversize_batch(records, max) {
         return Err(ProduceError::TooLarge { size, max });
     }
+    if topic.config().compacts() {
+        check_keys(topic, partition, records)?;
+    }
     // The producer of these batches, if idempotent (all batches of one request share it).
     let first = BatchView::parse(records).ok();
     let idempotent = first.filter(|v| v.producer_id() >= 0);
@@ -310,6 +319,42 @@ fn append(
 }
 
 /// The batches of one request, `(first seq, last seq, records)` each, must follow each other.
+/// The most bytes one batch's records may decompress to when a compacted topic's keys are
+/// checked: a bound on the memory one check takes, far above what one batch of keyed records
+/// needs.
+const KEY_CHECK_DECOMPRESSED_MAX: usize = 64 << 20;
+
+/// A compacted topic takes only records with a key, as Kafka's (which answers INVALID_RECORD):
+/// compaction keeps the latest record per key, and a keyless one has none. Compressed batches
+/// are decompressed for the check (only for compacted topics; the bytes stored are the ones
+/// sent). Control batches hold no application records.
+fn check_keys(topic: &Topic, partition: i32, records: &[u8]) -> Result<(), ProduceError> {
+    use sluice_protocol::records::Batches;
+    let unreadable = |reason: String| ProduceError::UnreadableForCompaction {
+        topic: topic.name.clone(),
+        reason,
+    };
+    for batch in Batches::new(bytes::Bytes::copy_from_slice(records)) {
+        let batch = batch.map_err(|e| unreadable(e.to_string()))?;
+        if batch.is_control() {
+            continue;
+        }
+        let decoded = batch
+            .iter_records(KEY_CHECK_DECOMPRESSED_MAX)
+            .map_err(|e| unreadable(e.to_string()))?;
+        for record in decoded.iter() {
+            let record = record.map_err(|e| unreadable(e.to_string()))?;
+            if record.key.is_none() {
+                return Err(ProduceError::KeylessInCompacted {
+                    topic: topic.name.clone(),
+                    partition,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_consecutive(seqs: &[(i32, i32, i32)]) -> Result<(), ProduceError> {
     for pair in seqs.windows(2) {
         if pair[1].0 != producers::next_seq(pair[0].1) {

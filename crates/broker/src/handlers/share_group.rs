@@ -245,7 +245,7 @@ impl ShareLog for Log {
 fn last_offset(records: &[u8]) -> Option<i64> {
     let mut rest = records;
     let mut last = None;
-    while let Ok(view) = BatchView::parse(rest) {
+    while let Ok(view) = BatchView::parse_stored(rest) {
         last = Some(view.last_offset());
         rest = &rest[view.len()..];
     }
