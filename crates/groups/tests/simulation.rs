@@ -37,8 +37,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures::FutureExt;
@@ -611,15 +609,9 @@ impl World {
 
 fn run_one(seed: u64) -> Result<Totals, String> {
     let mut world = World::new(seed);
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world.run()));
-    let failure = match outcome {
-        Ok(Ok(())) => return Ok(world.totals),
-        Ok(Err(msg)) => msg,
-        Err(panic) => panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic".to_owned()),
+    let failure = match sluice_log::sim::catch(|| world.run()) {
+        Ok(()) => return Ok(world.totals),
+        Err(msg) => msg,
     };
     Err(format!(
         "group store simulation seed {seed} failed: {failure}\nevents:\n{}\nreproduce with: SLUICE_SIM_SEED={seed} cargo test -p sluice-groups --test simulation",
@@ -627,49 +619,10 @@ fn run_one(seed: u64) -> Result<Totals, String> {
     ))
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    let value = std::env::var(name).ok()?;
-    Some(
-        value
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value} is not a number")),
-    )
-}
-
 fn run_seeds(seeds: &[u64]) -> Totals {
     let started = Instant::now();
-    let next = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let failure: Mutex<Option<String>> = Mutex::new(None);
-    let totals = Mutex::new(Totals::default());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                let mut mine = Totals::default();
-                while !stop.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    let Some(&seed) = seeds.get(i) else { break };
-                    match run_one(seed) {
-                        Ok(t) => mine.add(&t),
-                        Err(msg) => {
-                            stop.store(true, Ordering::Relaxed);
-                            let mut f = failure.lock().unwrap();
-                            // Report the first failure found.
-                            if f.is_none() {
-                                *f = Some(msg);
-                            }
-                        }
-                    }
-                }
-                totals.lock().unwrap().add(&mine);
-            });
-        }
-    });
-    if let Some(msg) = failure.into_inner().unwrap() {
-        panic!("{msg}");
-    }
-    let totals = totals.into_inner().unwrap();
+    let totals = sluice_log::sim::run_seeds(seeds, run_one, Totals::add)
+        .unwrap_or_else(|msg| panic!("{msg}"));
     eprintln!(
         "{} scenarios in {:.1?}: {totals:?}",
         totals.scenarios,
@@ -681,11 +634,7 @@ fn run_seeds(seeds: &[u64]) -> Totals {
 
 #[test]
 fn seeded_power_loss_scenarios_never_lose_acknowledged_commits() {
-    let seeds: Vec<u64> = match (env_u64("SLUICE_SIM_SEED"), env_u64("SLUICE_SIM_SEEDS")) {
-        (Some(seed), _) => vec![seed],
-        (None, Some(n)) => (0..n).collect(),
-        (None, None) => (0..DEFAULT_SEEDS).collect(),
-    };
+    let seeds = sluice_log::sim::seeds_from_env(DEFAULT_SEEDS);
     let totals = run_seeds(&seeds);
     if seeds.len() as u64 >= DEFAULT_SEEDS {
         // The scenarios reach what they are for.

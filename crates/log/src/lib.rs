@@ -85,6 +85,7 @@ mod latency;
 mod partition;
 mod recovery;
 mod segment;
+pub mod sim;
 mod space;
 mod start;
 

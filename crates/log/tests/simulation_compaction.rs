@@ -270,31 +270,24 @@ fn scenario(w: &mut World, dir: &Path, seed: u64) -> Result<(), String> {
 
 #[test]
 fn power_loss_during_compaction_keeps_the_latest_acknowledged_value_of_every_key() {
-    let seeds: Vec<u64> = match std::env::var("SLUICE_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        Some(seed) => vec![seed],
-        None => {
-            let n = std::env::var("SLUICE_SIM_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(DEFAULT_SEEDS);
-            (0..n).collect()
+    let seeds = sluice_log::sim::seeds_from_env(DEFAULT_SEEDS);
+    let started = Instant::now();
+    let run_one = |seed: u64| {
+        let trace = sluice_log::sim::catch(|| run(seed))
+            .map_err(|e| format!("seed {seed} failed (rerun with SLUICE_SIM_SEED={seed}):\n{e}"))?;
+        Ok([
+            trace.matches("CompactionRolledBack").count(),
+            trace.matches("CompactionCompleted").count(),
+            trace.matches("clean: removed").count(),
+        ])
+    };
+    let add = |total: &mut [usize; 3], one: &[usize; 3]| {
+        for (t, o) in total.iter_mut().zip(one) {
+            *t += o;
         }
     };
-    let started = Instant::now();
-    let (mut rolled_back, mut completed, mut passes) = (0, 0, 0);
-    for seed in &seeds {
-        match run(*seed) {
-            Ok(trace) => {
-                rolled_back += trace.matches("CompactionRolledBack").count();
-                completed += trace.matches("CompactionCompleted").count();
-                passes += trace.matches("clean: removed").count();
-            }
-            Err(e) => panic!("seed {seed} failed (rerun with SLUICE_SIM_SEED={seed}):\n{e}"),
-        }
-    }
+    let [rolled_back, completed, passes] =
+        sluice_log::sim::run_seeds(&seeds, run_one, add).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} compaction simulation seeds in {:?}: {rolled_back} passes rolled back and \
          {completed} completed by recovery, {passes} passes ran to their end",
