@@ -127,12 +127,12 @@ fi
 # fresh Apache Kafka, each writing its outcomes to .results/ (git-ignored), then SCORECARD.md.
 # The crash tests are left out: they take minutes, and run only against Sluice anyway.
 skip_long=(--ignore=test_crash.py --ignore=test_groups_crash.py --ignore=test_share_crash.py)
-mkdir -p ../.results
+mkdir -p "$here/.results"
 sluice_status=0
-../.venv/bin/python -m pytest "${skip_long[@]}" --scorecard-json ../.results/sluice.json "$@" || sluice_status=$?
+../.venv/bin/python -m pytest "${skip_long[@]}" --scorecard-json="$here/.results/sluice.json" "$@" || sluice_status=$?
 kafka_status=0
-../.venv/bin/python -m pytest --target kafka-baseline "${skip_long[@]}" --scorecard-json ../.results/kafka-baseline.json "$@" \
+../.venv/bin/python -m pytest --target kafka-baseline "${skip_long[@]}" --scorecard-json="$here/.results/kafka-baseline.json" "$@" \
   || kafka_status=$?
-../.venv/bin/python ../scorecard.py --out ../SCORECARD.md ../.results/sluice.json ../.results/kafka-baseline.json
+../.venv/bin/python ../scorecard.py --out ../SCORECARD.md "$here/.results/sluice.json" "$here/.results/kafka-baseline.json"
 echo "compat: pytest exit status against Sluice $sluice_status, against Kafka $kafka_status" >&2
 [ "$sluice_status" = 0 ] && [ "$kafka_status" = 0 ]
