@@ -323,6 +323,8 @@ SCORECARD_AREAS = {
     "test_http_fuzz.py": "Sluice HTTP API (with Kafka clients)",
     "test_cluster.py": "cluster mode (several clients)",
     "test_object_storage.py": "object storage (confluent-kafka)",
+    "test_connect.py": "Kafka Connect",
+    "test_streams.py": "Kafka Streams",
     "test_crash.py": "crash tests",
     "test_groups_crash.py": "crash tests",
     "test_share_crash.py": "crash tests",
