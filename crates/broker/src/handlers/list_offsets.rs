@@ -85,6 +85,32 @@ pub async fn prepare(broker: &Broker, req: &ListOffsetsRequest) -> Failed {
     failed
 }
 
+/// The most bytes a compressed batch may decompress to when a time lookup looks inside it.
+const DECOMPRESSED_MAX: usize = 64 << 20;
+
+/// Storage answers a time lookup that falls in a compressed batch with the batch's base offset
+/// and max timestamp (the log stores batches as sent and never decompresses). Kafka answers
+/// the record: the first one at or after `target`. This reads the batch at `offset` and, if it
+/// is compressed, decompresses it to find that record. `None` (the storage's answer stands)
+/// for an uncompressed batch, whose answer is already the record's, or a batch that cannot
+/// be read now.
+fn exact_record(log: &dyn PartitionStorage, offset: i64, target: i64) -> Option<(i64, i64)> {
+    use sluice_protocol::records::Batches;
+    let read = log.read(offset, 1).ok()?;
+    let batch = Batches::new(read.records).next()?.ok()?;
+    if batch.codec() == "none" {
+        return None;
+    }
+    let records = batch.iter_records(DECOMPRESSED_MAX).ok()?;
+    for record in records.iter() {
+        let record = record.ok()?;
+        if record.offset >= offset && record.timestamp_ms >= target {
+            return Some((record.offset, record.timestamp_ms));
+        }
+    }
+    None
+}
+
 pub fn handle(
     broker: &Broker,
     req: ListOffsetsRequest,
@@ -120,6 +146,15 @@ pub fn handle(
                             let e = ReadError::Timestamp(p.timestamp);
                             return response.with_error_code(errors::read_error_code(&e));
                         }
+                    };
+                    let found = match (found, offset_spec(p.timestamp)) {
+                        (Ok(Some((offset, ts))), Some(OffsetSpec::Timestamp(target))) => Ok(Some(
+                            exact_record(&*log, offset, target).unwrap_or((offset, ts)),
+                        )),
+                        (Ok(Some((offset, ts))), Some(OffsetSpec::MaxTimestamp)) => Ok(Some(
+                            exact_record(&*log, offset, ts).unwrap_or((offset, ts)),
+                        )),
+                        (found, _) => found,
                     };
                     match found {
                         Ok(Some((offset, timestamp))) => response
