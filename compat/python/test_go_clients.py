@@ -57,13 +57,8 @@ TXN_NOT_SUPPORTED = "not supported by Sluice yet: transactions (the transactiona
 # (client, step) -> (a pattern the failure's message must match, what is wrong). Against Sluice
 # such a failure is reported as xfail with both; any other failure of the step fails, and a pass
 # is a pass (then the entry can go).
-KNOWN_SLUICE_FAILURES = {
-    ("franz-go", "list_offsets"): (
-        re.compile(r"offset for time"),
-        "Sluice bug: ListOffsets by timestamp, for a timestamp inside a compressed record batch, answers the "
-        "batch's base offset (and its max timestamp) instead of the offset and timestamp of the first record at "
-        "or after the timestamp; franz-go compresses with snappy by default (compat/README.md, Go clients)",
-    ),
+KNOWN_SLUICE_FAILURES: dict[tuple[str, str], tuple[re.Pattern, str]] = {
+    # (None now: ListOffsets by time inside a compressed batch, the last one, is fixed.)
 }
 
 
