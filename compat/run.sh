@@ -101,6 +101,32 @@ if [ "$(cat .cache/maven.sha256 2>/dev/null)" != "$want" ]; then
   fi
 fi
 
+# Kafka Connect's jars (test_connect.py) into .cache/connect/lib once per connect/pom.xml, and the
+# Kafka Streams word count (test_streams.py) built into streams/target once per its pom and
+# sources. The tests do the same (with the same stamps) when this did not or failed.
+want="$(sha256sum <connect/pom.xml | cut -d' ' -f1)"
+if [ "$(cat .cache/connect.sha256 2>/dev/null)" != "$want" ] || ! ls .cache/connect/lib/connect-file-*.jar >/dev/null 2>&1; then
+  echo "compat: fetching Kafka Connect (mvn, connect/pom.xml)" >&2
+  mkdir -p .cache
+  rm -rf .cache/connect/lib
+  if (cd connect && mvn -B -q -Dstyle.color=never dependency:copy-dependencies 2>&1 | sed 's/\x1b\[[0-9;]*m//g'); then
+    echo "$want" >.cache/connect.sha256
+  else
+    echo "compat: warning: mvn could not fetch Kafka Connect; test_connect.py will report it" >&2
+  fi
+fi
+# (the pom, then each Java source in path order: what test_streams.py's build_fingerprint hashes)
+want="$(cd streams && find src -name '*.java' -type f | LC_ALL=C sort | xargs cat pom.xml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat .cache/streams.sha256 2>/dev/null)" != "$want" ] || [ ! -f streams/target/classpath.txt ]; then
+  echo "compat: building the Kafka Streams word count (mvn, streams/pom.xml)" >&2
+  mkdir -p .cache
+  if (cd streams && mvn -B -q -Dstyle.color=never process-classes 2>&1 | sed 's/\x1b\[[0-9;]*m//g'); then
+    echo "$want" >.cache/streams.sha256
+  else
+    echo "compat: warning: mvn could not build compat/streams; test_streams.py will report it" >&2
+  fi
+fi
+
 # Go (the franz-go and sarama programs, built by test_go_clients.py into .cache/go-bin; the
 # modules come from the Go module proxy into Go's own caches) and Node.js with kafkajs, installed
 # with `npm ci` into node/node_modules once per package-lock.json.
