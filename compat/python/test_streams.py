@@ -179,17 +179,6 @@ def watermarks(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, i
         c.close()
 
 
-# Sluice's CreateTopics refuses topic configs it does not implement, among them
-# message.timestamp.type, which Kafka Streams 4.3.1 sets (to CreateTime) on every internal
-# topic it creates.
-TIMESTAMP_TYPE_GAP = (
-    "Sluice refuses CreateTopics with the topic config message.timestamp.type (INVALID_CONFIG: \"unknown or "
-    "unsupported topic config 'message.timestamp.type'\"), which Kafka Streams sets to CreateTime on the "
-    "repartition and changelog topics it creates, so the application stops with \"Could not create topic "
-    "<app>-words-repartition\"; Apache Kafka accepts it"
-)
-
-
 @pytest.mark.timeout(180)
 def test_streams_creates_its_internal_topics(request, tmp_path):
     """The word count on a fresh application id: Streams creates its repartition and changelog
@@ -221,9 +210,6 @@ def test_streams_creates_its_internal_topics(request, tmp_path):
         deadline = time.monotonic() + WAIT_S
         while counts.latest != want:
             if app.proc.poll() is not None:
-                text = log.read_text(errors="replace")
-                if broker.target == "sluice" and "unsupported topic config 'message.timestamp.type'" in text:
-                    pytest.xfail(TIMESTAMP_TYPE_GAP)
                 pytest.fail(f"the Streams application exited with status {app.proc.returncode}:\n{tail(log, 60)}",
                             pytrace=False)
             if time.monotonic() >= deadline:
@@ -254,16 +240,11 @@ def test_streams_word_count_restores_from_changelog(request, tmp_path):
     input_topic, output_topic = f"compat-streams-lines-{run}", f"compat-streams-counts-{run}"
     repartition, changelog = f"{app_id}-words-repartition", f"{app_id}-word-counts-changelog"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    # The internal topics are created here, as Streams would (test_streams_creates_its_internal_topics
-    # has Streams create them), less message.timestamp.type=CreateTime, which Sluice refuses
-    # (TIMESTAMP_TYPE_GAP) and which is the default anyway. Streams checks their partition counts
-    # and cleanup policies and uses them.
+    # Streams creates the repartition and changelog topics itself (CreateTopics with
+    # cleanup.policy, message.timestamp.type=CreateTime, retention.ms, segment.bytes).
     futures = admin.create_topics([
         NewTopic(input_topic, num_partitions=PARTITIONS, replication_factor=1),
         NewTopic(output_topic, num_partitions=1, replication_factor=1),
-        NewTopic(repartition, num_partitions=PARTITIONS, replication_factor=1,
-                 config={"cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": "52428800"}),
-        NewTopic(changelog, num_partitions=PARTITIONS, replication_factor=1, config={"cleanup.policy": "compact"}),
     ])
     for f in futures.values():
         f.result(30)

@@ -251,6 +251,7 @@ pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "delete.retention.ms",
     "max.compaction.lag.ms",
     "max.message.bytes",
+    "message.timestamp.type",
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "retention.bytes",
@@ -325,6 +326,15 @@ impl TopicConfig {
                 if !(0.0..=1.0).contains(&v) {
                     return Err(ConfigError(format!(
                         "{name} must be between 0 and 1, got {v}"
+                    )));
+                }
+            }
+            "message.timestamp.type" => {
+                // Records keep the timestamps their producers gave (batches are stored as
+                // sent); Kafka Streams sets CreateTime on the topics it creates.
+                if value.trim() != "CreateTime" {
+                    return Err(ConfigError(format!(
+                        "message.timestamp.type '{value}' is not supported: only 'CreateTime' (records keep their producers' timestamps)"
                     )));
                 }
             }
@@ -467,6 +477,7 @@ impl TopicConfig {
                     }
                     "min.cleanable.dirty.ratio" => log.min_cleanable_dirty_ratio.0.to_string(),
                     "min.compaction.lag.ms" => log.min_compaction_lag_ms.to_string(),
+                    "message.timestamp.type" => "CreateTime".to_owned(),
                     "max.message.bytes" => {
                         self.max_message_bytes(broker.max_message_bytes).to_string()
                     }

@@ -75,7 +75,8 @@ struct CreateArgs {
     /// A topic setting, e.g. retention.ms=86400000; repeat for several (Sluice knows
     /// retention.ms, retention.bytes, segment.bytes, segment.ms, max.message.bytes,
     /// cleanup.policy=delete|compact|compact,delete, min.cleanable.dirty.ratio,
-    /// min.compaction.lag.ms, max.compaction.lag.ms, delete.retention.ms)
+    /// min.compaction.lag.ms, max.compaction.lag.ms, delete.retention.ms,
+    /// message.timestamp.type=CreateTime)
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     configs: Vec<(String, String)>,
     #[command(flatten)]
