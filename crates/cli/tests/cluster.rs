@@ -668,20 +668,32 @@ fn acl_principals(server: &Server) -> Vec<String> {
     principals
 }
 
+/// Creates one ACL through `server`, retrying as a Kafka client does while the answer is
+/// REQUEST_TIMED_OUT (retriable): a change that met too many concurrent changes of other
+/// brokers (the shared file moved under it each time) is refused that way, with "try again".
 fn create_acl(server: &Server, topic: &str, principal: &str) {
     use sluice_protocol::kafka_protocol::messages::*;
-    let created = common::kafka_call(
-        server.port,
-        ApiKey::CreateAcls,
-        3,
-        RequestKind::CreateAcls(
-            CreateAclsRequest::default().with_creations(vec![acl_creation(topic, principal)]),
-        ),
-    );
-    let ResponseKind::CreateAcls(created) = created else {
-        panic!("{created:?}")
-    };
-    assert_eq!(created.results[0].error_code, 0, "{created:?}");
+    const REQUEST_TIMED_OUT: i16 = 7;
+    for attempt in 1.. {
+        let created = common::kafka_call(
+            server.port,
+            ApiKey::CreateAcls,
+            3,
+            RequestKind::CreateAcls(
+                CreateAclsRequest::default().with_creations(vec![acl_creation(topic, principal)]),
+            ),
+        );
+        let ResponseKind::CreateAcls(created) = created else {
+            panic!("{created:?}")
+        };
+        let code = created.results[0].error_code;
+        if code == REQUEST_TIMED_OUT && attempt < 10 {
+            std::thread::sleep(Duration::from_millis(20 * attempt));
+            continue;
+        }
+        assert_eq!(code, 0, "{created:?}");
+        return;
+    }
 }
 
 #[test]
