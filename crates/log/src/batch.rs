@@ -61,6 +61,23 @@ impl<'a> BatchView<'a> {
     /// Views the batch at the start of `buf`, checking framing and header fields but not the CRC.
     /// `buf` may hold more bytes after the batch; [`BatchView::bytes`] is just this batch.
     pub fn parse(buf: &'a [u8]) -> Result<Self, BatchError> {
+        let view = Self::framed(buf)?;
+        let count = view.record_count();
+        if count <= 0 {
+            return Err(BatchError::NoRecords { count });
+        }
+        if view.last_offset_delta() != count - 1 {
+            return Err(BatchError::OffsetDeltaMismatch {
+                last_offset_delta: view.last_offset_delta(),
+                record_count: count,
+            });
+        }
+        Ok(view)
+    }
+
+    /// The whole v2 batch at the start of `buf` (framing and magic checked), what both
+    /// [`BatchView::parse`] and [`BatchView::parse_stored`] start from.
+    fn framed(buf: &'a [u8]) -> Result<Self, BatchError> {
         let total = match peek(buf)? {
             Peek::Whole(total) => total,
             Peek::Incomplete { needed } => {
@@ -76,16 +93,6 @@ impl<'a> BatchView<'a> {
         if view.magic() != MAGIC_V2 {
             return Err(BatchError::BadMagic {
                 magic: view.magic(),
-            });
-        }
-        let count = view.record_count();
-        if count <= 0 {
-            return Err(BatchError::NoRecords { count });
-        }
-        if view.last_offset_delta() != count - 1 {
-            return Err(BatchError::OffsetDeltaMismatch {
-                last_offset_delta: view.last_offset_delta(),
-                record_count: count,
             });
         }
         Ok(view)
@@ -105,23 +112,7 @@ impl<'a> BatchView<'a> {
     /// as a producer's last one). Every read of stored data uses this; appends use the strict
     /// [`BatchView::parse`].
     pub fn parse_stored(buf: &'a [u8]) -> Result<Self, BatchError> {
-        let total = match peek(buf)? {
-            Peek::Whole(total) => total,
-            Peek::Incomplete { needed } => {
-                return Err(BatchError::Truncated {
-                    available: buf.len(),
-                    needed,
-                });
-            }
-        };
-        let view = BatchView {
-            bytes: &buf[..total],
-        };
-        if view.magic() != MAGIC_V2 {
-            return Err(BatchError::BadMagic {
-                magic: view.magic(),
-            });
-        }
+        let view = Self::framed(buf)?;
         let count = view.record_count();
         if count < 0 {
             return Err(BatchError::NoRecords { count });
