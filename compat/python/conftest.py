@@ -318,18 +318,20 @@ SCORECARD_AREAS = {
     "test_share.py": "share groups (Kafka CLI tools, confluent-kafka)",
     "test_transactions.py": "transactions (confluent-kafka, Java)",
     "test_quotas.py": "client quotas (Kafka CLI tools, clients)",
+    "test_kafka_tools.py": "Kafka CLI tools",
     "test_security.py": "TLS, SASL and ACLs (every client; Sluice's own brokers)",
     "test_http.py": "Sluice HTTP API (with Kafka clients)",
     "test_http_fuzz.py": "Sluice HTTP API (with Kafka clients)",
     "test_cluster.py": "cluster mode (several clients)",
     "test_object_storage.py": "object storage (confluent-kafka)",
+    "test_compaction.py": "log compaction (confluent-kafka, Java console consumer)",
     "test_connect.py": "Kafka Connect",
     "test_streams.py": "Kafka Streams",
     "test_crash.py": "crash tests",
     "test_groups_crash.py": "crash tests",
     "test_share_crash.py": "crash tests",
 }
-JAVA_CLASS_CLIENTS = {"AdminClientTest": "Java AdminClient"}
+JAVA_CLASS_CLIENTS = {"AdminClientTest": "Java AdminClient", "AdminToolCallsTest": "Java AdminClient"}
 
 _scorecard: dict[str, dict] = {}  # nodeid -> {"client", "feature", "outcome", "reason"}
 _scorecard_labels: dict[str, tuple[str, str]] = {}

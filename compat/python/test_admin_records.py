@@ -36,6 +36,7 @@ TOOLS = {
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
 }
 
 

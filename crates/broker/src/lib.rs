@@ -1049,7 +1049,11 @@ impl Broker {
         let (_, _, topic, p) = best?;
         let log = topic.partition(p)?;
         let local = log.as_local()?;
-        match local.clean(now, &self.config.cleaner) {
+        let limits = sluice_log::CleanerLimits {
+            codecs: sluice_log::Codecs::new(&KafkaCodecs),
+            ..self.config.cleaner
+        };
+        match local.clean(now, &limits) {
             Ok(outcome) => {
                 self.metrics.cleaned(&outcome);
                 tracing::info!(
@@ -1242,4 +1246,18 @@ fn topic_infos(topics: &TopicRegistry) -> BTreeMap<Uuid, TopicInfo> {
             )
         })
         .collect()
+}
+
+/// Kafka's record batch codecs (`sluice_protocol`'s), for the log cleaner to read and rewrite
+/// compressed batches of compacted topics.
+struct KafkaCodecs;
+
+impl sluice_log::BatchCodecs for KafkaCodecs {
+    fn decompress(&self, codec: i16, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+        sluice_protocol::records::decompress_section(codec, input, limit)
+    }
+
+    fn compress(&self, codec: i16, input: &[u8]) -> Result<Vec<u8>, String> {
+        sluice_protocol::records::compress_section(codec, input)
+    }
 }

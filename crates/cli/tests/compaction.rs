@@ -129,14 +129,25 @@ fn the_cleaner_keeps_the_latest_record_of_every_key() {
         assert!(after.iter().any(|r| r.1 == format!("k{k}")), "k{k} lost");
     }
     assert!(server.metric("sluice_log_cleaner_passes_total") >= 1.0);
+    assert!(
+        server.metric("sluice_log_cleaner_cleaned_bytes_total")
+            > server.metric("sluice_log_cleaner_written_bytes_total")
+    );
     assert!(server.metric("sluice_log_cleaner_records_removed_total") >= 180.0);
 
-    // The compacted log reads the same after a restart.
+    // The compacted log reads the same after a restart (but for the padding records, which
+    // the cleaner may compact further meanwhile: they share one key).
     let (status, dir) = server.stop();
     assert!(status.success());
     let server = start(dir);
+    let not_pad = |rs: &[(i64, String, Option<String>)]| {
+        rs.iter()
+            .filter(|r| r.1 != "pad")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let again = records(&server, "profiles");
-    assert_eq!(&again[..after.len()], &after[..]);
+    assert_eq!(not_pad(&again), not_pad(&after));
 }
 
 #[test]

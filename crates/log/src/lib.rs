@@ -95,8 +95,9 @@ pub use commit::{
     Syncable,
 };
 pub use compact::{
-    CLEANER_CHECKPOINT_FILE, CleanOutcome, CleanReason, Cleanable, CleanerLimits, CrashPoint,
-    DEDUPE_BUFFER_BYTES_DEFAULT, IO_BUFFER_BYTES_DEFAULT, PRODUCERS_TRACKED_MAX,
+    BatchCodecs, CLEANER_CHECKPOINT_FILE, CleanOutcome, CleanReason, Cleanable, CleanerLimits,
+    Codecs, CrashPoint, DECOMPRESSED_MAX_BYTES, DEDUPE_BUFFER_BYTES_DEFAULT,
+    IO_BUFFER_BYTES_DEFAULT, PRODUCERS_TRACKED_MAX,
 };
 pub use config::{
     CleanupPolicy, DirtyRatio, FlushPolicy, LogConfig, ONE_DAY_MS, SEGMENT_BYTES_DEFAULT,

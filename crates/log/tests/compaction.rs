@@ -576,7 +576,7 @@ fn appends_and_reads_go_on_while_a_pass_runs() {
 }
 
 #[test]
-fn a_compressed_batch_is_kept_whole_and_keeps_later_tombstones() {
+fn without_codecs_a_compressed_batch_is_kept_whole_and_keeps_later_tombstones() {
     let tmp = tempfile::tempdir().unwrap();
     let c = common::committer();
     let clock = ManualClock::new(T0);
@@ -609,6 +609,172 @@ fn a_compressed_batch_is_kept_whole_and_keeps_later_tombstones() {
     assert!(
         tombstone_kept,
         "a value of the key may hide in the compressed batch"
+    );
+}
+
+/// A stand-in codec for the cleaner's compressed batches: XOR with a constant, so the test can
+/// tell "compressed" bytes from plain ones; a section whose first byte is `BROKEN` does not
+/// decompress.
+struct XorCodec;
+
+const XOR: u8 = 0x5a;
+const BROKEN: u8 = 0xee;
+
+impl sluice_log::BatchCodecs for XorCodec {
+    fn decompress(&self, codec: i16, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+        assert_eq!(codec, sluice_batch::attributes::codec::LZ4);
+        if input.first() == Some(&BROKEN) {
+            return Err("corrupt".into());
+        }
+        assert!(input.len() <= limit);
+        Ok(input.iter().map(|b| b ^ XOR).collect())
+    }
+    fn compress(&self, codec: i16, input: &[u8]) -> Result<Vec<u8>, String> {
+        assert_eq!(codec, sluice_batch::attributes::codec::LZ4);
+        Ok(input.iter().map(|b| b ^ XOR).collect())
+    }
+}
+
+static XOR_CODEC: XorCodec = XorCodec;
+
+fn with_codecs() -> CleanerLimits {
+    CleanerLimits {
+        codecs: sluice_log::Codecs::new(&XOR_CODEC),
+        ..CleanerLimits::default()
+    }
+}
+
+/// A batch of `records` "compressed" with [`XorCodec`] (as lz4), or corrupt if `broken`.
+fn xor_batch(records: &[Rec], ts: i64, broken: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = BatchBuilder::with_base_timestamp(&mut out, ts);
+    for (i, r) in records.iter().enumerate() {
+        b.push(&RecordRef {
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: &[],
+            timestamp_ms: ts + i as i64,
+        });
+    }
+    b.finish_compressed(sluice_batch::attributes::codec::LZ4, |raw| {
+        let mut packed: Vec<u8> = raw.iter().map(|b| b ^ XOR).collect();
+        if broken {
+            packed.insert(0, BROKEN);
+        }
+        packed
+    });
+    out
+}
+
+/// Every record from the log start, "compressed" batches decoded with [`XorCodec`].
+fn read_all_decoded(log: &PartitionLog) -> Vec<(i64, Rec, bool)> {
+    let mut out = Vec::new();
+    for b in read_batches(log) {
+        let view = BatchView::parse_stored_checked(&b).unwrap();
+        let compressed = view.compression() != 0;
+        let mut plain = b[..61].to_vec();
+        plain.extend(
+            b[61..]
+                .iter()
+                .map(|x| if compressed { x ^ XOR } else { *x }),
+        );
+        let plain_view = BatchView::parse_stored(&plain).unwrap();
+        for (o, _, r) in common::keyed::records_of(&plain_view) {
+            out.push((o, r, compressed));
+        }
+    }
+    out
+}
+
+/// With codecs, compressed batches are read like any other: their records supersede older
+/// ones and are superseded by newer ones, a rewritten compressed batch is compressed again with
+/// its codec (CRC valid, offsets unchanged), and tombstones after one can go. A batch that does
+/// not decompress is kept whole, and keeps every later tombstone.
+#[test]
+fn compressed_batches_are_compacted_with_codecs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = common::committer();
+    let clock = ManualClock::new(T0);
+    let log = open(tmp.path(), compact_config(), &c, &clock);
+    // 0-2: a, b, c (plain); 3-5: a, b, d (compressed); 6: b again (plain); 7: tombstone of d.
+    append(
+        &log,
+        &batch(
+            &[
+                rec(Some("a"), Some("a0")),
+                rec(Some("b"), Some("b0")),
+                rec(Some("c"), Some("c0")),
+            ],
+            T0,
+            None,
+        ),
+    );
+    let packed = xor_batch(
+        &[
+            rec(Some("a"), Some("a1")),
+            rec(Some("b"), Some("b1")),
+            rec(Some("d"), Some("d1")),
+        ],
+        T0,
+        false,
+    );
+    append(&log, &packed);
+    append(&log, &batch(&[rec(Some("b"), Some("b2"))], T0, None));
+    append(&log, &batch(&[rec(Some("d"), None)], T0, None));
+    // Enough keyed records after them that the segments above are sealed and cleanable.
+    let mut model = Model::default();
+    fill(&log, &mut model, 6, 3, T0);
+    let outcome = log.clean(T0, &with_codecs()).unwrap();
+    assert!(outcome.records_removed >= 4, "{outcome:?}");
+    let got = read_all_decoded(&log);
+    let at = |offset: i64| got.iter().find(|(o, _, _)| *o == offset).cloned();
+    assert!(
+        at(0).is_none() && at(1).is_none(),
+        "a0 and b0 superseded by the compressed batch"
+    );
+    assert_eq!(at(2).unwrap().1, rec(Some("c"), Some("c0")));
+    let (_, a1, compressed) = at(3).unwrap();
+    assert_eq!(a1, rec(Some("a"), Some("a1")));
+    assert!(compressed, "the rewritten batch is compressed again");
+    assert!(at(4).is_none(), "b1 superseded by b2");
+    assert!(at(5).is_none(), "d1 superseded by its tombstone");
+    assert_eq!(at(6).unwrap().1, rec(Some("b"), Some("b2")));
+    assert_eq!(at(7).unwrap().1, rec(Some("d"), None));
+    // The tombstone goes once its horizon has passed: nothing unreadable comes before it.
+    let later = T0 + 10 * compact_config().delete_retention_ms;
+    log.clean(later, &with_codecs()).unwrap();
+    log.clean(later + 1, &with_codecs()).unwrap();
+    let got = read_all_decoded(&log);
+    assert!(
+        !got.iter().any(|(o, _, _)| *o == 7),
+        "the tombstone was removed"
+    );
+    assert!(
+        got.iter()
+            .any(|(o, r, c)| *o == 3 && *c && r.value.as_deref() == Some(b"a1".as_slice()))
+    );
+
+    // A compressed batch that does not decompress: kept whole, and the tombstone after it stays.
+    let tmp = tempfile::tempdir().unwrap();
+    let log = open(tmp.path(), compact_config(), &c, &clock);
+    let broken = xor_batch(&[rec(Some("e"), Some("e0"))], T0, true);
+    append(&log, &broken);
+    append(&log, &batch(&[rec(Some("e"), None)], T0, None));
+    let mut model = Model::default();
+    fill(&log, &mut model, 6, 3, T0);
+    log.clean(T0, &with_codecs()).unwrap();
+    log.clean(later, &with_codecs()).unwrap();
+    let batches = read_batches(&log);
+    assert_eq!(batches[0][8..], broken[8..], "kept whole");
+    let tombstone_kept = batches[1..].iter().any(|b| {
+        let view = BatchView::parse_stored_checked(b).unwrap();
+        common::keyed::records_of(&view)
+            .iter()
+            .any(|(o, _, r)| *o == 1 && r.value.is_none())
+    });
+    assert!(
+        tombstone_kept,
+        "the tombstone after an unreadable batch stays"
     );
 }
 

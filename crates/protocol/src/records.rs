@@ -28,7 +28,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use compression::{Inflate, decompress};
+use compression::{Inflate, compress, decompress};
 use sluice_batch::MAGIC_V2;
 use sluice_batch::attributes::codec;
 
@@ -43,6 +43,22 @@ pub const BATCH_HEADER_BYTES: usize = header::BYTES;
 /// data; 64 MiB leaves room for very compressible batches while a batch that claims more (a
 /// corrupt or hostile one) is refused instead of exhausting memory.
 pub const DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+/// Decompresses a records section written with `codec` (the attributes' compression bits)
+/// into at most `limit` bytes; `Err` says why it cannot (unknown codec, too large, corrupt).
+pub fn decompress_section(codec: i16, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    decompress(codec, input, limit).map_err(|e| match e {
+        Inflate::UnknownCodec => format!("unknown compression codec {codec}"),
+        Inflate::TooLarge => format!("decompresses to more than {limit} bytes"),
+        Inflate::Invalid(reason) => reason,
+    })
+}
+
+/// Compresses a records section with `codec` (gzip, snappy, lz4 or zstd) in the format Kafka's
+/// own clients write and read.
+pub fn compress_section(codec: i16, input: &[u8]) -> Result<Vec<u8>, String> {
+    compress(codec, input)
+}
+
 /// Base offset + batch length: the bytes before what the batch length counts.
 const LOG_OVERHEAD_BYTES: usize = header::LOG_OVERHEAD_BYTES;
 

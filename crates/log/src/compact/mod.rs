@@ -30,10 +30,16 @@
 //! 4. **Swap**, crash-safe (`swap.rs`: the file states and recovery's table), then the
 //!    checkpoint moves to the end of the mapped range.
 //!
+//! Compressed batches are read through the [`BatchCodecs`] the caller passes in
+//! [`CleanerLimits::codecs`] (this crate has no codecs of its own: the log stores batches as
+//! producers compressed them): decompressed (at most [`DECOMPRESSED_MAX_BYTES`]) to map and
+//! filter their records, and a rewritten one is compressed again with its own codec, as Kafka's
+//! cleaner does.
+//!
 //! Not done here (kept safe instead):
-//! - Compressed batches are kept whole: this crate has no codecs (the log never decompresses).
-//!   Their keys are unknown, so they do not supersede older records, and no tombstone after
-//!   one is ever removed (a value of its key hidden in the compressed batch would come back).
+//! - Without codecs, or for a batch that does not decompress within the limit, a compressed
+//!   batch is kept whole: its keys are unknown, so it supersedes no older record, and no
+//!   tombstone after it is removed (a value of its key hidden in it would come back).
 //! - Transactional and control batches are kept whole in the same way (aborted transactions
 //!   are not tracked; the broker refuses transactional produces today).
 //!
@@ -46,7 +52,7 @@
 //!
 //! Memory: the key map (at most `dedupe_buffer_bytes`, see [`records::MAP_ENTRY_BYTES`]), one
 //! read buffer and one write buffer of `io_buffer_bytes` each (a buffer grows to one batch
-//! when a batch is larger), the map of producers' last batches (at most
+//! when a batch is larger), one compressed batch's records decompressed (and compressed again), the map of producers' last batches (at most
 //! [`PRODUCERS_TRACKED_MAX`] entries), and a few bytes per segment.
 
 mod checkpoint;
@@ -80,6 +86,62 @@ pub const IO_BUFFER_BYTES_DEFAULT: usize = 512 << 10;
 /// producers it could not remember are kept as empty headers (safe, just less compact).
 pub const PRODUCERS_TRACKED_MAX: usize = 1 << 16;
 
+/// The most bytes one compressed batch's records may decompress to in the cleaner (the bound
+/// the broker's reads use too); a batch that inflates to more is kept whole.
+pub const DECOMPRESSED_MAX_BYTES: usize = 64 << 20;
+
+/// Kafka's record batch codecs (gzip, snappy, lz4, zstd; the attributes' compression bits),
+/// which the cleaner needs to read and rewrite compressed batches.
+pub trait BatchCodecs: Send + Sync {
+    /// The records section `input`, compressed with `codec`, decompressed into at most `limit`
+    /// bytes; `Err` says why it cannot be.
+    fn decompress(
+        &self,
+        codec: i16,
+        input: &[u8],
+        limit: usize,
+    ) -> std::result::Result<Vec<u8>, String>;
+    /// `input` (a records section) compressed with `codec`, as Kafka's clients read it.
+    fn compress(&self, codec: i16, input: &[u8]) -> std::result::Result<Vec<u8>, String>;
+}
+
+/// The codecs a cleaner has, if any ([`CleanerLimits::codecs`]).
+#[derive(Clone, Copy, Default)]
+pub struct Codecs(Option<&'static dyn BatchCodecs>);
+
+impl Codecs {
+    /// No codecs: compressed batches are kept whole.
+    pub const NONE: Codecs = Codecs(None);
+
+    pub fn new(codecs: &'static dyn BatchCodecs) -> Codecs {
+        Codecs(Some(codecs))
+    }
+
+    pub fn get(self) -> Option<&'static dyn BatchCodecs> {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for Codecs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Codecs(some)"
+        } else {
+            "Codecs(none)"
+        })
+    }
+}
+
+impl PartialEq for Codecs {
+    fn eq(&self, other: &Codecs) -> bool {
+        match (self.0, other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::ptr::addr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 /// The limits of a log cleaner, named as Kafka's broker settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CleanerLimits {
@@ -93,6 +155,8 @@ pub struct CleanerLimits {
     /// `log.cleaner.io.buffer.size`: bytes read from a segment at a time, and gathered before
     /// each write of the cleaned one.
     pub io_buffer_bytes: usize,
+    /// The codecs for compressed batches; without them those are kept whole.
+    pub codecs: Codecs,
 }
 
 impl Default for CleanerLimits {
@@ -101,6 +165,7 @@ impl Default for CleanerLimits {
             dedupe_buffer_bytes: DEDUPE_BUFFER_BYTES_DEFAULT,
             io_bytes_per_second: None,
             io_buffer_bytes: IO_BUFFER_BYTES_DEFAULT,
+            codecs: Codecs::NONE,
         }
     }
 }
@@ -472,6 +537,8 @@ struct Pass<'a> {
     producers: Producers,
     io: Io,
     read_buf: Vec<u8>,
+    /// The decompressed records section of the batch at hand, if it is compressed.
+    plain: Vec<u8>,
     records: Vec<RecordAt>,
     keep: Vec<bool>,
     /// A batch the cleaner cannot read came before: no tombstone may go (module doc).
@@ -516,6 +583,7 @@ pub(crate) fn clean(
             written: 0,
         },
         read_buf: Vec::new(),
+        plain: Vec::new(),
         records: Vec::new(),
         keep: Vec::new(),
         opaque_seen: false,
@@ -623,7 +691,8 @@ impl Pass<'_> {
         {
             let mut fitted = true;
             let (map, producers) = (&mut self.map, &mut self.producers);
-            let records = &mut self.records;
+            let (records, plain) = (&mut self.records, &mut self.plain);
+            let codecs = self.limits.codecs;
             for_each_batch(
                 s,
                 &mut self.read_buf,
@@ -631,11 +700,15 @@ impl Pass<'_> {
                 &mut self.io,
                 |view, _| {
                     producers.note(view.producer_id(), view.base_offset());
-                    if !fitted || records::is_opaque(view) {
+                    if !fitted || records::is_opaque(view, codecs) {
                         return Ok(());
                     }
-                    parse(view, records, &s.path)?;
-                    let body = &view.bytes()[HEADER_BYTES..];
+                    // A compressed batch that does not decompress is kept whole (fill_group
+                    // meets the same error and treats the batch as opaque).
+                    let Ok(body) = records::section(view, codecs, plain) else {
+                        return Ok(());
+                    };
+                    parse(view, body, records, &s.path)?;
                     for r in records.iter() {
                         if let Some((k0, k1)) = r.key
                             && !map.put(
@@ -758,21 +831,37 @@ impl Pass<'_> {
             producers,
             io,
             read_buf,
+            plain,
             records,
             keep,
             opaque_seen,
             next_horizon_ms,
             outcome,
             now_ms,
+            limits,
             ..
         } = self;
+        let codecs = limits.codecs;
         for s in group {
             for_each_batch(s, read_buf, chunk, io, |view, io| {
-                if records::is_opaque(view) {
-                    *opaque_seen |= !view.is_control();
-                    out.extend_from_slice(view.bytes());
+                let body = if records::is_opaque(view, codecs) {
+                    None
                 } else {
-                    parse(view, records, &s.path)?;
+                    match records::section(view, codecs, plain) {
+                        Ok(body) => Some(body),
+                        Err(e) => {
+                            tracing::warn!(
+                                segment = %s.path.display(),
+                                base_offset = view.base_offset(),
+                                error = %e,
+                                "log cleaner: a compressed batch does not decompress; kept whole"
+                            );
+                            None
+                        }
+                    }
+                };
+                if let Some(body) = body {
+                    parse(view, body, records, &s.path)?;
                     let filter = Filter {
                         now_ms: *now_ms,
                         delete_retention_ms: config.delete_retention_ms,
@@ -780,7 +869,9 @@ impl Pass<'_> {
                         keep_if_emptied: producers
                             .may_be_last(view.producer_id(), view.base_offset()),
                     };
-                    let f = records::filter_batch(view, records, map, &filter, keep, &mut out);
+                    let f = records::filter_batch(
+                        view, body, records, map, &filter, codecs, keep, &mut out,
+                    );
                     changed |= !f.unchanged;
                     outcome.records_removed += f.records_removed;
                     outcome.tombstones_removed += f.tombstones_removed;
@@ -788,6 +879,9 @@ impl Pass<'_> {
                     if let Some(h) = f.horizon_ms {
                         *next_horizon_ms = Some(next_horizon_ms.map_or(h, |n| n.min(h)));
                     }
+                } else {
+                    *opaque_seen |= !view.is_control();
+                    out.extend_from_slice(view.bytes());
                 }
                 if out.len() >= chunk {
                     output.append_stored(&out, &config)?;
@@ -805,8 +899,13 @@ impl Pass<'_> {
     }
 }
 
-fn parse(view: &BatchView<'_>, records: &mut Vec<RecordAt>, path: &Path) -> Result<()> {
-    records::parse_records(view, records).map_err(|detail| {
+fn parse(
+    view: &BatchView<'_>,
+    body: &[u8],
+    records: &mut Vec<RecordAt>,
+    path: &Path,
+) -> Result<()> {
+    records::parse_records(view, body, records).map_err(|detail| {
         LogError::io(
             "parse records",
             path,

@@ -1,5 +1,5 @@
-//! Records inside an uncompressed batch, the key → offset map, and rewriting a batch without
-//! the records a compaction removes.
+//! Records inside a batch (its records section, decompressed if the batch is compressed), the
+//! key → offset map, and rewriting a batch without the records a compaction removes.
 //!
 //! A record (Kafka's record format v2, inside a batch): `length: varint`, then `attributes:
 //! i8`, `timestamp delta: varlong`, `offset delta: varint`, `key length: varint` (-1: null),
@@ -12,6 +12,7 @@ use std::hash::{BuildHasherDefault, DefaultHasher, Hasher};
 
 use sluice_batch::varint::{put_varint, put_varlong, varint_len, varlong_len};
 
+use super::{Codecs, DECOMPRESSED_MAX_BYTES};
 use crate::batch::{BatchView, HEADER_BYTES, attributes, header, read_varint};
 
 /// One record of a batch, as found in its bytes.
@@ -30,11 +31,15 @@ pub(crate) struct RecordAt {
     pub tombstone: bool,
 }
 
-/// Parses every record of an uncompressed batch into `out` (cleared first). `Err` names what is
-/// malformed: the batch's CRC held, so the producer wrote it that way.
-pub(crate) fn parse_records(view: &BatchView<'_>, out: &mut Vec<RecordAt>) -> Result<(), String> {
+/// Parses every record of a batch into `out` (cleared first): `records` is the batch's records
+/// section, decompressed if the batch is compressed. `Err` names what is malformed: the
+/// batch's CRC held, so the producer wrote it that way.
+pub(crate) fn parse_records(
+    view: &BatchView<'_>,
+    records: &[u8],
+    out: &mut Vec<RecordAt>,
+) -> Result<(), String> {
     out.clear();
-    let records = &view.bytes()[HEADER_BYTES..];
     let mut pos = 0usize;
     for i in 0..view.record_count() {
         let bad = |what: &str| {
@@ -103,11 +108,32 @@ pub(crate) fn parse_records(view: &BatchView<'_>, out: &mut Vec<RecordAt>) -> Re
     Ok(())
 }
 
-/// Whether a batch's records can be read and rewritten by the cleaner. Compressed batches are
-/// kept whole (this crate has no codecs: the log never decompresses), and so are transactional
-/// and control batches (aborted transactions are not tracked here; see the module doc).
-pub(crate) fn is_opaque(view: &BatchView<'_>) -> bool {
-    view.compression() != 0 || view.is_transactional() || view.is_control()
+/// Whether a batch's records can be read and rewritten by the cleaner. Transactional and
+/// control batches are kept whole (aborted transactions are not tracked here; see the module
+/// doc), and so are compressed ones when the cleaner has no codecs.
+pub(crate) fn is_opaque(view: &BatchView<'_>, codecs: Codecs) -> bool {
+    view.is_transactional()
+        || view.is_control()
+        || (view.compression() != 0 && codecs.get().is_none())
+}
+
+/// The records section of a readable batch: its own bytes, or for a compressed batch the
+/// section decompressed into `plain`. `Err`: the batch cannot be decompressed (the reason).
+pub(crate) fn section<'b>(
+    view: &'b BatchView<'_>,
+    codecs: Codecs,
+    plain: &'b mut Vec<u8>,
+) -> Result<&'b [u8], String> {
+    let body = &view.bytes()[HEADER_BYTES..];
+    let codec = i16::from(view.compression());
+    if codec == 0 {
+        return Ok(body);
+    }
+    let codecs = codecs
+        .get()
+        .ok_or_else(|| "the cleaner has no codecs".to_owned())?;
+    *plain = codecs.decompress(codec, body, DECOMPRESSED_MAX_BYTES)?;
+    Ok(plain)
 }
 
 /// A 128-bit hash of a key: the map stores this, not the key, so its memory per entry is fixed
@@ -214,9 +240,11 @@ pub(crate) struct Filtered {
     pub horizon_ms: Option<i64>,
 }
 
-/// Filters one readable (uncompressed, non-transactional, non-control) batch against `map`
-/// and appends what stays to `out`: the batch unchanged, a rewritten batch with the surviving
-/// records, an empty header, or nothing.
+/// Filters one readable (non-transactional, non-control) batch against `map` and appends what
+/// stays to `out`: the batch unchanged, a rewritten batch with the surviving records, an empty
+/// header, or nothing. `body` is the batch's records section ([`section`]); a rewritten
+/// compressed batch is compressed again with its own codec (Kafka does the same), or, should
+/// that fail, written uncompressed.
 ///
 /// A record stays when it has no key, or it is its key's latest record (the map has no later
 /// offset), unless it is a tombstone whose batch's delete horizon has passed. The rewritten
@@ -225,11 +253,14 @@ pub(crate) struct Filtered {
 /// timestamp; the first time a batch keeps a tombstone, its delete horizon is set (KIP-534: the
 /// attribute bit, and the base timestamp becomes `now + delete.retention.ms`, each record's
 /// timestamp delta re-encoded against it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn filter_batch(
     view: &BatchView<'_>,
+    body: &[u8],
     records: &[RecordAt],
     map: &OffsetMap,
     filter: &Filter,
+    codecs: Codecs,
     keep: &mut Vec<bool>,
     out: &mut Vec<u8>,
 ) -> Filtered {
@@ -249,7 +280,6 @@ pub(crate) fn filter_batch(
             ..Filtered::default()
         };
     }
-    let body = &bytes[HEADER_BYTES..];
     let base = view.base_offset();
     let horizon_passed = view.has_delete_horizon() && filter.now_ms >= view.base_timestamp();
     let mut result = Filtered::default();
@@ -294,6 +324,8 @@ pub(crate) fn filter_batch(
             return result;
         }
         result.emptied = true;
+        // No records, so nothing compressed.
+        attrs &= !attributes::COMPRESSION_MASK;
         if view.has_delete_horizon() {
             attrs &= !attributes::DELETE_HORIZON;
             base_ts = max_ts;
@@ -328,6 +360,23 @@ pub(crate) fn filter_batch(
         base_ts = new_base;
         if kept_tombstones > 0 {
             result.horizon_ms = Some(new_base);
+        }
+        let codec = attrs & attributes::COMPRESSION_MASK;
+        if codec != 0 {
+            let packed = codecs
+                .get()
+                .ok_or_else(|| "no codecs".to_owned())
+                .and_then(|c| c.compress(codec, &out[start + HEADER_BYTES..]));
+            match packed {
+                Ok(packed) => {
+                    out.truncate(start + HEADER_BYTES);
+                    out.extend_from_slice(&packed);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, codec, "log cleaner: could not compress a cleaned batch; keeping it uncompressed");
+                    attrs &= !attributes::COMPRESSION_MASK;
+                }
+            }
         }
     }
     let batch = &mut out[start..];
@@ -386,9 +435,19 @@ mod tests {
     fn run(batch: &[u8], map: &OffsetMap, f: &Filter) -> (Filtered, Vec<u8>) {
         let view = BatchView::parse_stored_checked(batch).unwrap();
         let mut recs = Vec::new();
-        parse_records(&view, &mut recs).unwrap();
+        let body = &view.bytes()[HEADER_BYTES..];
+        parse_records(&view, body, &mut recs).unwrap();
         let mut out = Vec::new();
-        let r = filter_batch(&view, &recs, map, f, &mut Vec::new(), &mut out);
+        let r = filter_batch(
+            &view,
+            body,
+            &recs,
+            map,
+            f,
+            Codecs::NONE,
+            &mut Vec::new(),
+            &mut out,
+        );
         (r, out)
     }
 
@@ -426,7 +485,7 @@ mod tests {
         );
         assert_eq!(view.max_timestamp(), 1_009);
         let mut recs = Vec::new();
-        parse_records(&view, &mut recs).unwrap();
+        parse_records(&view, &view.bytes()[HEADER_BYTES..], &mut recs).unwrap();
         assert_eq!(
             recs.iter().map(|r| r.offset_delta).collect::<Vec<_>>(),
             [1, 2]
@@ -434,7 +493,7 @@ mod tests {
         // The surviving records' bytes (headers included) are the original ones.
         let original = BatchView::parse_stored_checked(&batch).unwrap();
         let mut orig = Vec::new();
-        parse_records(&original, &mut orig).unwrap();
+        parse_records(&original, &batch[HEADER_BYTES..], &mut orig).unwrap();
         assert_eq!(
             &out[HEADER_BYTES..],
             &batch[HEADER_BYTES + orig[1].start..HEADER_BYTES + orig[2].end]
