@@ -1,5 +1,6 @@
 //! Topic set-up and tear-down for each test point, through librdkafka's admin API.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures_executor::block_on;
@@ -55,21 +56,25 @@ impl Admin {
         Ok(admin)
     }
 
-    /// Creates the topics and waits until the cluster's metadata shows every partition with a
-    /// leader.
+    /// Creates the topics with the given topic configs and waits until the cluster's metadata
+    /// shows every partition with a leader.
     pub fn create_topics(
         &self,
         names: &[String],
         partitions: u32,
         replication: i16,
+        configs: &BTreeMap<String, String>,
     ) -> Result<(), String> {
         let specs: Vec<NewTopic<'_>> = names
             .iter()
             .map(|n| {
-                NewTopic::new(
-                    n,
-                    partitions as i32,
-                    TopicReplication::Fixed(i32::from(replication)),
+                configs.iter().fold(
+                    NewTopic::new(
+                        n,
+                        partitions as i32,
+                        TopicReplication::Fixed(i32::from(replication)),
+                    ),
+                    |topic, (k, v)| topic.set(k, v),
                 )
             })
             .collect();

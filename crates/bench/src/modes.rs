@@ -190,8 +190,12 @@ pub(crate) fn on_fresh_topics<'a>(
     body: impl FnOnce(&mut Context<'a>, &[String]) -> Result<RunResult, String>,
 ) -> Result<RunResult, String> {
     let topics = topic_names(w, &ctx.run_id);
-    ctx.admin
-        .create_topics(&topics, w.partitions, w.replication_factor)?;
+    ctx.admin.create_topics(
+        &topics,
+        w.partitions,
+        w.replication_factor,
+        &w.topic_configs(),
+    )?;
     let outcome = body(ctx, &topics);
     let _ = ctx.admin.delete_topics(&topics);
     outcome

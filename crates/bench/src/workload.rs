@@ -2,7 +2,8 @@
 //!
 //! Any top-level field given as a list is a *dimension*: the campaign runs one test point per
 //! value, or per combination when several fields are lists, everything else fixed. Tables
-//! (`[explore]`, `[drain]`, `[correctness]`, `[storm]`, `[producer_config]`, `[consumer_config]`) hold
+//! (`[explore]`, `[drain]`, `[correctness]`, `[storm]`, `[topic_config]`, `[producer_config]`,
+//! `[consumer_config]`) hold
 //! the settings of one mode or extra client settings and do not vary.
 
 use std::collections::BTreeMap;
@@ -101,6 +102,14 @@ pub struct Workload {
     /// `[storm]`: the retry storm of `sluice bench storm` ([`crate::storm`]).
     #[serde(default)]
     pub storm: crate::storm::Storm,
+    /// The topics' `cleanup.policy` (`delete`, `compact` or `compact,delete`); a field of its
+    /// own so that a list of policies is a dimension (`cleanup_policy = ["delete", "compact"]`).
+    #[serde(default)]
+    pub cleanup_policy: Option<String>,
+    /// Topic configs the fresh topics are created with (`cleanup.policy`, `segment.bytes`,
+    /// ...), passed to CreateTopics as given.
+    #[serde(default)]
+    pub topic_config: BTreeMap<String, String>,
     /// Extra librdkafka producer settings, passed through as given.
     #[serde(default)]
     pub producer_config: BTreeMap<String, String>,
@@ -529,6 +538,15 @@ fn one_f() -> f64 {
 }
 
 impl Workload {
+    /// The configs the fresh topics are created with: `[topic_config]` and `cleanup_policy`.
+    pub fn topic_configs(&self) -> BTreeMap<String, String> {
+        let mut configs = self.topic_config.clone();
+        if let Some(policy) = &self.cleanup_policy {
+            configs.insert("cleanup.policy".to_owned(), policy.clone());
+        }
+        configs
+    }
+
     /// Checks what serde cannot: ranges and combinations.
     pub fn validate(&self) -> Result<(), WorkloadError> {
         let positive = |name: &str, v: f64| {
@@ -573,6 +591,21 @@ impl Workload {
                 "record_size {} is below the {}-byte benchmark header every record carries",
                 self.record_size,
                 crate::payload::HEADER_LEN
+            )));
+        }
+        if self.cleanup_policy.is_some() && self.topic_config.contains_key("cleanup.policy") {
+            return Err(err(
+                "cleanup_policy and topic_config's cleanup.policy both set: keep one",
+            ));
+        }
+        let configs = self.topic_configs();
+        if let Some(policy) = configs.get("cleanup.policy")
+            && policy.split(',').any(|p| p.trim() == "compact")
+            && !self.keys
+        {
+            return Err(err(format!(
+                "cleanup.policy {policy:?} compacts by key: set keys = true \
+                 (a compacted topic refuses records without a key)"
             )));
         }
         if self.keys && self.key_space == 0 {
@@ -900,6 +933,34 @@ mod tests {
                 .unwrap_err()
                 .to_string();
         assert!(message.contains("share_consumers >= 2"), "{message}");
+    }
+
+    #[test]
+    fn topic_configs_and_the_cleanup_policy_dimension() {
+        let plan = parse(
+            "keys = true\ncleanup_policy = [\"delete\", \"compact\"]\n\
+             [topic_config]\n\"segment.bytes\" = \"1048576\"\n",
+        )
+        .unwrap();
+        let policies: Vec<_> = plan
+            .points
+            .iter()
+            .map(|p| p.workload.topic_configs())
+            .collect();
+        assert_eq!(policies.len(), 2);
+        assert_eq!(policies[0]["cleanup.policy"], "delete");
+        assert_eq!(policies[1]["cleanup.policy"], "compact");
+        assert!(policies.iter().all(|c| c["segment.bytes"] == "1048576"));
+        let message = parse("cleanup_policy = \"compact\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("set keys = true"), "{message}");
+        let message = parse(
+            "keys = true\ncleanup_policy = \"compact\"\n[topic_config]\n\"cleanup.policy\" = \"delete\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(message.contains("keep one"), "{message}");
     }
 
     #[test]

@@ -74,6 +74,8 @@ struct CleanerMetrics {
     failures: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    /// Segment bytes of the groups a pass swapped, before cleaning: the log processed.
+    bytes_cleaned: AtomicU64,
     records_removed: AtomicU64,
     /// Microseconds spent in passes, I/O throttling included.
     busy_micros: AtomicU64,
@@ -156,6 +158,8 @@ impl Metrics {
             .fetch_add(outcome.bytes_read, Ordering::Relaxed);
         c.bytes_written
             .fetch_add(outcome.bytes_written, Ordering::Relaxed);
+        c.bytes_cleaned
+            .fetch_add(outcome.bytes_before, Ordering::Relaxed);
         c.records_removed
             .fetch_add(outcome.records_removed, Ordering::Relaxed);
         c.busy_micros.fetch_add(
@@ -309,6 +313,11 @@ pub fn render(broker: &Broker, listeners: &[&dyn ListenerSeries]) -> String {
             "sluice_log_cleaner_written_bytes_total",
             "Cleaned segment bytes the log cleaner wrote.",
             c.bytes_written.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_log_cleaner_cleaned_bytes_total",
+            "Log bytes the log cleaner cleaned: the segments it replaced, as they were before.",
+            c.bytes_cleaned.load(Ordering::Relaxed),
         ),
         (
             "sluice_log_cleaner_records_removed_total",
