@@ -117,6 +117,22 @@ ONE_BROKER_CLASSES = {
 }
 
 
+# Failures of Sluice that Kafka does not have, known and reported for the broker to fix:
+# (class, method) -> (a pattern the JUnit failure must match, what is wrong). Against Sluice such
+# a failure is reported as xfail with both, and a pass fails (strict: the bug is fixed, the entry
+# must go); any other failure fails. Against Kafka the test runs as usual.
+KNOWN_SLUICE_FAILURES: dict[tuple[str, str], tuple[re.Pattern, str]] = {
+    ("sluice.compat.AdminToolCallsTest", "describeTopicsByTopicId"): (
+        re.compile(r"Use errors\(\) when managing topic using topic name"),
+        "Sluice bug: Metadata v12 naming a topic by id (topicId set, name '' as the Java AdminClient sends it for "
+        "describeTopics(TopicCollection.ofTopicIds(...)) and kafka-topics --describe --topic-id) is looked up by "
+        "the empty name: Sluice answers that topic with error 17 INVALID_TOPIC_EXCEPTION, name '' and topic id "
+        "AAAAAAAAAAAAAAAAAAAAAA (zero), and the client fails with IllegalStateException; Kafka looks a non-zero "
+        "topic id up by id and answers the topic (name, id, partitions), or UNKNOWN_TOPIC_ID (100) with that id",
+    ),
+}
+
+
 # The first test to ask for `maven_run` runs Maven for every class, inside its own time limit.
 @pytest.mark.timeout(MAVEN_TEST_S + 60)
 @pytest.mark.parametrize("cls,method", java_tests(), ids=lambda v: v.rsplit(".", 1)[-1])
@@ -134,6 +150,12 @@ def test_java(request, cls, method):
             pytrace=False,
         )
     outcome, message = result
+    known = KNOWN_SLUICE_FAILURES.get((cls, method))
+    if known and request.getfixturevalue("broker").target == "sluice":
+        if outcome == "passed":
+            pytest.fail(f"[XPASS(strict)] known Sluice failure now passes, remove its entry: {known[1]}", pytrace=False)
+        if outcome == "failed" and known[0].search(message):
+            pytest.xfail(f"{known[1]}. Here: {message.splitlines()[0] if message else ''}")
     if outcome == "skipped":
         pytest.skip(message or "skipped by JUnit")
     if outcome == "failed":
