@@ -291,8 +291,8 @@ def test_consumer_groups_describe_running_member(bootstrap, protocol):
         consumer.close()
     try:
         def empty():
-            out, _ = groups_tool(bootstrap, "--describe", "--group", f.group, "--state")
-            return state_row(out)["STATE"] == "Empty" and state_row(out)["#MEMBERS"] == "0"
+            state = state_row(groups_tool(bootstrap, "--describe", "--group", f.group, "--state")[0])
+            return state["STATE"] == "Empty" and state["#MEMBERS"] == "0"
 
         wait_until(empty, SETTLE_S, f"group {f.group} Empty with 0 members after its member closed")
         out, text = groups_tool(bootstrap, "--describe", "--group", f.group)
@@ -377,7 +377,7 @@ def test_consumer_groups_delete_offsets_and_group(bootstrap, protocol):
             return [(r["TOPIC"], r["PARTITION"], r["STATUS"]) for r in table(out, "TOPIC")]
 
         # The member's leave may still be in flight: offsets of a subscribed topic are refused.
-        wait_until(lambda: groups_tool(bootstrap, "--describe", "--group", f.group, "--state")[0].find("Empty") >= 0,
+        wait_until(lambda: state_row(groups_tool(bootstrap, "--describe", "--group", f.group, "--state")[0])["STATE"] == "Empty",
                    SETTLE_S, f"group {f.group} Empty")
         assert delete_offsets(f"{f.topic}:1") == [(f.topic, "1", "Successful")]
         assert f.committed() == {0: 4, 1: OFFSET_INVALID}
@@ -426,8 +426,14 @@ def test_configs_topic_describe_alter_delete(bootstrap):
         wait_until(lambda: (c := described(f.admin, topic))["retention.ms"] == ("7200000", "DYNAMIC_TOPIC_CONFIG")
                    and c["max.message.bytes"] == ("2000000", "DYNAMIC_TOPIC_CONFIG"),
                    SETTLE_S, f"retention.ms=7200000 and max.message.bytes=2000000 on {topic} (DescribeConfigs)")
-        out = configs("--describe", "--topic", topic)
-        assert re.search(r"^\s+retention\.ms=7200000 ", out, re.M) and re.search(r"^\s+max\.message\.bytes=2000000 ", out, re.M), out
+        # (Cluster mode: the tool may ask another broker, which sees the change within a second.)
+        def output_when(check, *args: str):
+            """The tool's output once `check` accepts it (None from wait_until's point of view before)."""
+            return lambda: (o if check(o := configs(*args)) else None)
+
+        wait_until(output_when(lambda o: re.search(r"^\s+retention\.ms=7200000 ", o, re.M)
+                               and re.search(r"^\s+max\.message\.bytes=2000000 ", o, re.M), "--describe", "--topic", topic),
+                   SETTLE_S, f"kafka-configs --describe --topic {topic} showing both new values")
 
         out = configs("--alter", "--entity-type", "topics", "--entity-name", topic, "--delete-config", "retention.ms")
         assert f"Completed updating config for topic {topic}." in out, out
@@ -436,8 +442,9 @@ def test_configs_topic_describe_alter_delete(bootstrap):
         cfg = described(f.admin, topic)
         assert cfg["retention.ms"][0] == "604800000", cfg["retention.ms"]
         assert cfg["max.message.bytes"] == ("2000000", "DYNAMIC_TOPIC_CONFIG"), cfg["max.message.bytes"]
-        out = configs("--describe", "--entity-type", "topics", "--entity-name", topic)
-        assert "retention.ms=" not in out and re.search(r"^\s+max\.message\.bytes=2000000 ", out, re.M), out
+        wait_until(output_when(lambda o: "retention.ms=" not in o and re.search(r"^\s+max\.message\.bytes=2000000 ", o, re.M),
+                               "--describe", "--entity-type", "topics", "--entity-name", topic),
+                   SETTLE_S, f"kafka-configs --describe of {topic} without retention.ms")
 
         out = configs("--describe", "--entity-type", "topics", "--entity-name", topic, "--all")
         assert f"All configs for topic {topic} are:" in out, out
