@@ -401,6 +401,15 @@ impl Broker {
             && c.misses.hit(tokio::time::Instant::now()).is_some()
     }
 
+    /// [`Broker::misses_catalog`] for topics named by id.
+    pub fn misses_catalog_ids(&self, mut ids: impl Iterator<Item = Uuid>) -> bool {
+        let Some(c) = &self.cluster else {
+            return false;
+        };
+        let known: Vec<Uuid> = self.topics.all().iter().map(|t| t.id).collect();
+        ids.any(|id| !known.contains(&id)) && c.misses.hit(tokio::time::Instant::now()).is_some()
+    }
+
     /// Cluster mode: reloads and applies the catalog for a request that named an unknown
     /// topic, waiting at most [`CATALOG_MISS_REFRESH_WAIT`]; a failure leaves the request to
     /// answer with what this broker knows.

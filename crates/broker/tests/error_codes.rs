@@ -789,6 +789,100 @@ fn every_refusal_keeps_its_code_and_message() {
         }
         other => panic!("{other:?}"),
     }
+    // By id with an empty name, as the Java AdminClient sends it: the topic, or the unknown id.
+    let orders = f.broker.topics().get("orders").unwrap().id;
+    let req = MetadataRequest::default().with_topics(Some(vec![
+        metadata_request::MetadataRequestTopic::default()
+            .with_name(Some(name("")))
+            .with_topic_id(orders),
+        metadata_request::MetadataRequestTopic::default()
+            .with_name(Some(name("")))
+            .with_topic_id(id),
+    ]));
+    match f.call(ApiKey::Metadata, 12, RequestKind::Metadata(req)) {
+        Some(ResponseKind::Metadata(r)) => {
+            assert_eq!(r.topics[0].error_code, 0);
+            assert_eq!(r.topics[0].name.as_ref().unwrap().0.as_str(), "orders");
+            assert_eq!(r.topics[0].topic_id, orders);
+            assert!(!r.topics[0].partitions.is_empty());
+            assert_eq!(r.topics[1].error_code, E::UnknownTopicId.code());
+            assert_eq!(r.topics[1].topic_id, id);
+        }
+        other => panic!("{other:?}"),
+    }
     // Nothing refused above was written: only the two batches of producer 77 epoch 1.
     assert_eq!(f.fetch("orders", 0, 0).high_watermark, 2);
+}
+
+/// DescribeConfigs with IncludeSynonyms (kafka-configs --describe): a config set on the topic
+/// lists its own override first, then the broker-wide default under the broker config's name;
+/// a config at its default lists only the latter; without the flag, no synonyms.
+#[test]
+fn describe_configs_lists_synonyms_when_asked() {
+    let f = Fixture::new();
+    let req = CreateTopicsRequest::default().with_topics(vec![
+        create_topics_request::CreatableTopic::default()
+            .with_name(name("kept"))
+            .with_num_partitions(1)
+            .with_replication_factor(1)
+            .with_configs(vec![
+                create_topics_request::CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_value(Some(StrBytes::from_static_str("3600000"))),
+            ]),
+    ]);
+    match f.call(ApiKey::CreateTopics, 7, RequestKind::CreateTopics(req)) {
+        Some(ResponseKind::CreateTopics(r)) => assert_eq!(r.topics[0].error_code, 0),
+        other => panic!("{other:?}"),
+    }
+    let describe = |include_synonyms: bool| {
+        let req = DescribeConfigsRequest::default()
+            .with_include_synonyms(include_synonyms)
+            .with_resources(vec![
+                describe_configs_request::DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_static_str("kept"))
+                    .with_configuration_keys(None),
+            ]);
+        match f.call(
+            ApiKey::DescribeConfigs,
+            4,
+            RequestKind::DescribeConfigs(req),
+        ) {
+            Some(ResponseKind::DescribeConfigs(r)) => {
+                assert_eq!(r.results[0].error_code, 0, "{r:?}");
+                r.results[0].configs.clone()
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let configs = describe(true);
+    assert!(configs.len() > 3, "{configs:?}");
+    let synonyms = |config: &str| {
+        configs
+            .iter()
+            .find(|c| c.name.as_str() == config)
+            .unwrap()
+            .synonyms
+            .iter()
+            .map(|s| {
+                (
+                    s.name.to_string(),
+                    s.value.as_ref().map(|v| v.to_string()),
+                    s.source,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let retention = synonyms("retention.ms");
+    assert_eq!(
+        retention[0],
+        ("retention.ms".to_owned(), Some("3600000".to_owned()), 1)
+    );
+    assert_eq!(retention[1].0, "log.retention.ms");
+    assert_eq!(retention[1].2, 5);
+    let segment = synonyms("segment.bytes");
+    assert_eq!(segment.len(), 1);
+    assert_eq!(segment[0].0, "log.segment.bytes");
+    assert!(describe(false).iter().all(|c| c.synonyms.is_empty()));
 }

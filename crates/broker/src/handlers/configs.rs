@@ -10,7 +10,7 @@
 //! them once its copy of the catalog has them.
 
 use sluice_protocol::kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use sluice_protocol::kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
@@ -65,11 +65,49 @@ fn config_type(name: &str) -> i8 {
     }
 }
 
+/// The broker-wide setting a topic config defaults to, named as Kafka's broker config (the
+/// synonym DescribeConfigs lists after the topic's own value).
+fn broker_synonym(topic_config: &str) -> Option<&'static str> {
+    Some(match topic_config {
+        "cleanup.policy" => "log.cleanup.policy",
+        "delete.retention.ms" => "log.cleaner.delete.retention.ms",
+        "max.compaction.lag.ms" => "log.cleaner.max.compaction.lag.ms",
+        "min.cleanable.dirty.ratio" => "log.cleaner.min.cleanable.ratio",
+        "min.compaction.lag.ms" => "log.cleaner.min.compaction.lag.ms",
+        "message.timestamp.type" => "log.message.timestamp.type",
+        "max.message.bytes" => "message.max.bytes",
+        "retention.bytes" => "log.retention.bytes",
+        "retention.ms" => "log.retention.ms",
+        "segment.bytes" => "log.segment.bytes",
+        "segment.ms" => "log.roll.ms",
+        _ => return None,
+    })
+}
+
+fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default()
+        .with_name(str_bytes(name))
+        .with_value(Some(str_bytes(value)))
+        .with_source(source)
+}
+
+/// DescribeConfigs. With `include_synonyms` (v1+, as `kafka-configs --describe` asks), each
+/// config lists where its value may come from, in order of precedence, as Kafka does: a topic
+/// config its own override (if set), then the broker-wide default under the broker config's
+/// name; a group config its own value; a broker setting itself.
 pub fn describe(
     broker: &Broker,
     req: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
+    let synonyms = version >= 1 && req.include_synonyms;
+    let topic_defaults = TopicConfig::default().describe(broker.config());
+    let default_of = |name: &str| {
+        topic_defaults
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, v, _)| v.clone())
+    };
     let results = req
         .resources
         .into_iter()
@@ -107,15 +145,23 @@ pub fn describe(
                             .into_iter()
                             .filter(|(name, _, _)| wanted(name))
                             .map(|(name, value, is_default)| {
-                                entry(
-                                    name,
-                                    value,
-                                    if is_default {
-                                        SOURCE_DEFAULT
-                                    } else {
-                                        SOURCE_TOPIC
-                                    },
-                                )
+                                let mut list = Vec::new();
+                                if synonyms {
+                                    if !is_default {
+                                        list.push(synonym(name, &value, SOURCE_TOPIC));
+                                    }
+                                    if let (Some(broker_name), Some(default)) =
+                                        (broker_synonym(name), default_of(name))
+                                    {
+                                        list.push(synonym(broker_name, &default, SOURCE_DEFAULT));
+                                    }
+                                }
+                                let source = if is_default {
+                                    SOURCE_DEFAULT
+                                } else {
+                                    SOURCE_TOPIC
+                                };
+                                entry(name, value, source).with_synonyms(list)
                             })
                             .collect(),
                     ),
@@ -145,7 +191,14 @@ pub fn describe(
                             .into_iter()
                             .filter(|(name, _)| wanted(name))
                             .map(|(name, value)| {
-                                entry(name, value, SOURCE_STATIC_BROKER).with_read_only(true)
+                                let list = if synonyms {
+                                    vec![synonym(name, &value, SOURCE_STATIC_BROKER)]
+                                } else {
+                                    Vec::new()
+                                };
+                                entry(name, value.clone(), SOURCE_STATIC_BROKER)
+                                    .with_read_only(true)
+                                    .with_synonyms(list)
                             })
                             .collect(),
                     )
@@ -162,7 +215,12 @@ pub fn describe(
                             } else {
                                 SOURCE_DEFAULT
                             };
-                            entry(c.name, c.value, source)
+                            let list = if synonyms {
+                                vec![synonym(c.name, &c.value, source)]
+                            } else {
+                                Vec::new()
+                            };
+                            entry(c.name, c.value, source).with_synonyms(list)
                         })
                         .collect(),
                 ),

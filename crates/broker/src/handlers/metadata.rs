@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use sluice_protocol::kafka_protocol::ResponseError;
+use sluice_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use sluice_protocol::kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -41,7 +42,15 @@ pub fn start(
     let zone = client_zone(client_id).map(str::to_owned);
     // Cluster mode: a topic created through another broker moments ago is known here first.
     let named = req.topics.iter().flatten().filter_map(|t| t.name.as_ref());
-    if broker.misses_catalog(named.map(|n| n.0.as_str())) {
+    let ids = req
+        .topics
+        .iter()
+        .flatten()
+        .filter(|t| by_id(t))
+        .map(|t| t.topic_id);
+    if broker.misses_catalog(named.filter(|n| !n.0.is_empty()).map(|n| n.0.as_str()))
+        || broker.misses_catalog_ids(ids)
+    {
         let broker = Arc::clone(broker);
         return async move {
             broker.refresh_on_miss().await;
@@ -118,16 +127,18 @@ pub fn handle(
         Some(requested) => requested
             .into_iter()
             .map(|t| {
-                let Some(name) = t.name else {
-                    // By id (v10+ clients that know ids): look it up.
-                    return match find_by_id(broker, t.topic_id) {
-                        Some(topic) => describe(&topic),
-                        None => MetadataResponseTopic::default()
-                            .with_topic_id(t.topic_id)
-                            .with_error_code(errors::admin_error_code(
-                                &AdminError::UnknownTopicId(t.topic_id),
-                            )),
-                    };
+                let name = match t.name {
+                    Some(name) if !by_id(&t) => name,
+                    _ => {
+                        return match find_by_id(broker, t.topic_id) {
+                            Some(topic) => describe(&topic),
+                            None => MetadataResponseTopic::default()
+                                .with_topic_id(t.topic_id)
+                                .with_error_code(errors::admin_error_code(
+                                    &AdminError::UnknownTopicId(t.topic_id),
+                                )),
+                        };
+                    }
                 };
                 let allow_create = version < 4 || req.allow_auto_topic_creation;
                 let found = match refused.get(name.0.as_str()) {
@@ -180,6 +191,12 @@ pub(crate) fn leaders<'a>(
         .unwrap_or(me),
         None => me,
     }
+}
+
+/// Whether a requested topic is named by its id: v10+ clients that know ids send the id with a
+/// null name, or (the Java AdminClient) an empty one.
+fn by_id(t: &MetadataRequestTopic) -> bool {
+    t.topic_id != Uuid::nil() && t.name.as_ref().is_none_or(|n| n.0.is_empty())
 }
 
 fn find_by_id(broker: &Broker, id: Uuid) -> Option<Arc<Topic>> {
