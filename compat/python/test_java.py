@@ -122,14 +122,7 @@ ONE_BROKER_CLASSES = {
 # a failure is reported as xfail with both, and a pass fails (strict: the bug is fixed, the entry
 # must go); any other failure fails. Against Kafka the test runs as usual.
 KNOWN_SLUICE_FAILURES: dict[tuple[str, str], tuple[re.Pattern, str]] = {
-    ("sluice.compat.AdminToolCallsTest", "describeTopicsByTopicId"): (
-        re.compile(r"Use errors\(\) when managing topic using topic name"),
-        "Sluice bug: Metadata v12 naming a topic by id (topicId set, name '' as the Java AdminClient sends it for "
-        "describeTopics(TopicCollection.ofTopicIds(...)) and kafka-topics --describe --topic-id) is looked up by "
-        "the empty name: Sluice answers that topic with error 17 INVALID_TOPIC_EXCEPTION, name '' and topic id "
-        "AAAAAAAAAAAAAAAAAAAAAA (zero), and the client fails with IllegalStateException; Kafka looks a non-zero "
-        "topic id up by id and answers the topic (name, id, partitions), or UNKNOWN_TOPIC_ID (100) with that id",
-    ),
+    # (None open: Metadata by topic id, found by AdminToolCallsTest.describeTopicsByTopicId, is fixed.)
 }
 
 
