@@ -169,6 +169,7 @@ impl StormFleet {
             let context = StormContext {
                 shared: shared.clone(),
                 resend: Mutex::new(VecDeque::new()),
+                served: AtomicU64::new(0),
             };
             let producer: BaseProducer<StormContext> = config
                 .create_with_context(context)
@@ -289,6 +290,8 @@ struct StormContext {
     /// Failed attempts to re-send; only this producer's thread touches it (here and in
     /// [`Job::run`]), the mutex only makes the context `Sync` as librdkafka requires.
     resend: Mutex<VecDeque<Attempt>>,
+    /// Delivery reports served ([`crate::driver::serve_reports`]).
+    served: AtomicU64,
 }
 
 impl StormContext {
@@ -299,10 +302,17 @@ impl StormContext {
 
 impl ClientContext for StormContext {}
 
+impl crate::driver::CountsReports for StormContext {
+    fn reports_served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+}
+
 impl ProducerContext for StormContext {
     type DeliveryOpaque = Box<Attempt>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, attempt: Box<Attempt>) {
+        self.served.fetch_add(1, Ordering::Relaxed);
         let shared = &self.shared;
         if shared.stop.load(Ordering::Acquire) {
             // Purged when the run ended: not part of it.
@@ -426,7 +436,7 @@ impl Job {
                         break;
                     }
                     if sent_here.is_multiple_of(512) {
-                        self.producer.poll(Duration::ZERO);
+                        crate::driver::serve_reports(&self.producer);
                     }
                     if self.shared.stop.load(Ordering::Relaxed) {
                         break;
@@ -445,7 +455,7 @@ impl Job {
             if wait >= Duration::from_millis(1) {
                 self.producer.poll(wait);
             } else {
-                self.producer.poll(Duration::ZERO);
+                crate::driver::serve_reports(&self.producer);
                 if !wait.is_zero() {
                     std::thread::sleep(wait.max(MIN_SLEEP));
                 }
