@@ -46,13 +46,13 @@ sluice_cleaner() {
     /^sluice_log_cleaner_cleaned_bytes_total /{b=$2}
     /^sluice_log_cleaner_busy_seconds_total /{s=$2}
     /^sluice_log_cleaner_passes_total /{p=$2}
-    END{printf "%d %.3f %d\n", b, s, p}'
+    END{printf "%.0f %.3f %d\n", b, s, p}'
 }
 kafka_cleaner() {
   # Kafka logs one block per cleaning: "\t1,234.5 MB of log processed in 6.7 seconds (...)".
   cat "$kafka_home"/logs/server.log* 2>/dev/null | tr -d ',' | awk '
     /MB of log processed in/{for(i=1;i<=NF;i++){if($i=="MB")mb+=$(i-1); if($i=="seconds")s+=$(i-1)}; p++}
-    END{printf "%d %.3f %d\n", mb*1048576, s, p}'
+    END{printf "%.0f %.3f %d\n", mb*1048576, s, p}'
 }
 
 for broker in $brokers; do
