@@ -410,13 +410,46 @@ def _own_kafka_lib() -> Path:
     return cache / "lib"
 
 
+# Kafka's CLI tools the suite runs: name (bin/<name>.sh) -> main class, as in Kafka 4.3.1's jars.
 TOOLS = {
-    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
+    "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
+    "kafka-cluster": "org.apache.kafka.tools.ClusterTool",
     "kafka-configs": "kafka.admin.ConfigCommand",
-    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
+    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
 }
+
+
+def tool_cmd(tool: str, bootstrap: str, *args: str, subcommand: str | None = None) -> list[str]:
+    """The command line of one of Kafka's CLI tools (TOOLS), as bin/<tool>.sh runs it.
+    `subcommand` goes before `--bootstrap-server` (kafka-cluster's argument parser wants it there)."""
+    baseline = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
+    log_config = baseline / "config" / "tools-log4j2.xml"
+    if not log_config.exists():
+        log_config = KAFKA_TOOLS_DIR / "log4j2.xml"
+    return [
+        "java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+        f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{kafka_lib()}/*", TOOLS[tool],
+        *([subcommand] if subcommand else []), "--bootstrap-server", bootstrap, *args,
+    ]
+
+
+def tool(name: str, bootstrap: str, *args: str, subcommand: str | None = None, stdin: str | None = None,
+         timeout: float = TOOL_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Runs one of Kafka's CLI tools (TOOLS) over PLAINTEXT to its end (bounded: TimeoutExpired
+    fails the test); `stdin` is its input, else none."""
+    return subprocess.run(tool_cmd(name, bootstrap, *args, subcommand=subcommand), input=stdin,
+                          stdin=None if stdin is not None else subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def java_tool(tool: str, creds: Creds, workdir: Path, *args: str, stdin: str | None = None,
@@ -425,15 +458,7 @@ def java_tool(tool: str, creds: Creds, workdir: Path, *args: str, stdin: str | N
     and `--command-config <client properties file>` from creds. TimeoutExpired is left to the
     caller."""
     props = private_file(workdir, f"{tool}-", ".properties", creds.java_properties())
-    baseline = REPO_ROOT.parent / "shared" / "kafka-baseline"
-    log_config = Path(os.environ.get("KAFKA_BASELINE_DIR", baseline)) / "config" / "tools-log4j2.xml"
-    if not log_config.exists():
-        log_config = KAFKA_TOOLS_DIR / "log4j2.xml"
-    cmd = [
-        "java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-        f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{kafka_lib()}/*", TOOLS[tool],
-        "--bootstrap-server", creds.bootstrap, "--command-config", str(props), *args,
-    ]
+    cmd = tool_cmd(tool, creds.bootstrap, "--command-config", str(props), *args)
     try:
         return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
     finally:

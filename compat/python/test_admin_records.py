@@ -13,46 +13,20 @@ Kafka (`--target kafka-baseline`), which checks the expectations.
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_util import wait_until
-from security_util import KAFKA_TOOLS_DIR, kafka_lib
-from conftest import REPO_ROOT
+from security_util import tool
 
 import os
 
-TOOL_TIMEOUT_S = 60
 T0 = 1_700_000_000_000  # record i's timestamp is T0 + i
-TOOLS = {
-    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
-    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
-    "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
-    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
-    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
-}
-
-
-def tool(name: str, bootstrap: str, *args: str) -> subprocess.CompletedProcess:
-    """Runs one of Kafka's CLI tools as bin/<tool>.sh does (bounded)."""
-    baseline = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
-    log_config = baseline / "config" / "tools-log4j2.xml"
-    if not log_config.exists():
-        log_config = KAFKA_TOOLS_DIR / "log4j2.xml"
-    cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-           f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{kafka_lib()}/*", TOOLS[name],
-           "--bootstrap-server", bootstrap, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
-
-
 def new_topic(bootstrap: str, prefix: str, records: int = 20) -> str:
     """A fresh one-partition topic holding `records` records v0, v1, ... at offsets 0, 1, ..."""
     topic = f"{prefix}-{uuid.uuid4().hex[:8]}"

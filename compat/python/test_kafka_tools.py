@@ -53,55 +53,24 @@ from __future__ import annotations
 
 import base64
 import datetime
-import os
 import re
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from compat_util import wait_known_everywhere, wait_until
-from conftest import REPO_ROOT
-from security_util import KAFKA_TOOLS_DIR, kafka_lib
+from security_util import tool
 
-TOOL_TIMEOUT_S = 60  # bound on one CLI run (a run takes 1-3 s)
 JOIN_S = 30  # a consumer must have its partitions within this
 READ_S = 30  # a consumer must have read what it expects within this
 SETTLE_S = 15  # a change must be visible (through every broker of a cluster) within this
 RECORDS_PER_PARTITION = 10
 
-TOOLS = {
-    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-    "kafka-configs": "kafka.admin.ConfigCommand",
-    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
-    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
-    "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
-    "kafka-cluster": "org.apache.kafka.tools.ClusterTool",
-    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
-}
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def tool(name: str, bootstrap: str, *args: str, subcommand: str | None = None, stdin: str | None = None,
-         timeout: float = TOOL_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Runs one of Kafka's CLI tools (TOOLS) as bin/<tool>.sh does, to its end (bounded:
-    TimeoutExpired fails the test). `subcommand` goes before `--bootstrap-server` (kafka-cluster's
-    argument parser wants it there)."""
-    baseline = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
-    log_config = baseline / "config" / "tools-log4j2.xml"
-    if not log_config.exists():
-        log_config = KAFKA_TOOLS_DIR / "log4j2.xml"
-    cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-           f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{kafka_lib()}/*", TOOLS[name],
-           *([subcommand] if subcommand else []), "--bootstrap-server", bootstrap, *args]
-    return subprocess.run(cmd, input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def ok(run: subprocess.CompletedProcess) -> str:
@@ -437,7 +406,7 @@ def test_configs_topic_describe_alter_delete(bootstrap):
 
         out = configs("--alter", "--entity-type", "topics", "--entity-name", topic, "--delete-config", "retention.ms")
         assert f"Completed updating config for topic {topic}." in out, out
-        wait_until(lambda: (c := described(f.admin, topic))["retention.ms"][1] != "DYNAMIC_TOPIC_CONFIG",
+        wait_until(lambda: described(f.admin, topic)["retention.ms"][1] != "DYNAMIC_TOPIC_CONFIG",
                    SETTLE_S, f"retention.ms back to its default on {topic}")
         cfg = described(f.admin, topic)
         assert cfg["retention.ms"][0] == "604800000", cfg["retention.ms"]

@@ -39,20 +39,18 @@ Tests (each on its own topic and group; the topic is deleted at the end):
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from compat_util import DELETE_TIMEOUT_S, Problems, wait_until
-from conftest import LOG_DIR, REPO_ROOT, _die_with_parent, cluster_mode
-from security_util import KAFKA_TOOLS_DIR, kafka_lib
+from conftest import LOG_DIR, _die_with_parent, cluster_mode
+from security_util import tool, tool_cmd
 
 TOOL_TIMEOUT_S = 60  # bound on one CLI run
 
@@ -68,12 +66,6 @@ def _one_broker_only():
 CONSUME_S = 30  # a consumer must have read what was produced within this
 ADMIN_S = 20  # a group config, a describe result must show within this
 
-TOOLS = {
-    "kafka-configs": "kafka.admin.ConfigCommand",
-    "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
-    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
-}
-
 # ConsoleShareConsumer with print.partition, print.offset and print.delivery: one line per record.
 LINE = re.compile(r"^Partition:(\d+)\tOffset:(\d+)\tDelivery:(\d+)\t(.*)$")
 FORMAT = ["--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true",
@@ -81,25 +73,6 @@ FORMAT = ["--formatter-property", "print.partition=true", "--formatter-property"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def tool_cmd(tool: str, bootstrap: str, *args: str) -> list[str]:
-    """The command line of one of Kafka's CLI tools (TOOLS), as bin/<tool>.sh runs it."""
-    baseline = Path(os.environ.get("KAFKA_BASELINE_DIR", REPO_ROOT.parent / "shared" / "kafka-baseline"))
-    log_config = baseline / "config" / "tools-log4j2.xml"
-    if not log_config.exists():
-        log_config = KAFKA_TOOLS_DIR / "log4j2.xml"
-    return [
-        "java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-        f"-Dlog4j2.configurationFile={log_config}", "-cp", f"{kafka_lib()}/*", TOOLS[tool],
-        "--bootstrap-server", bootstrap, *args,
-    ]
-
-
-def tool(tool_name: str, bootstrap: str, *args: str, timeout: float = TOOL_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Run a CLI tool to its end (bounded; TimeoutExpired is a failure of the test)."""
-    return subprocess.run(tool_cmd(tool_name, bootstrap, *args), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
 
 
 def wait_for(predicate, timeout_s: float, what) -> None:

@@ -647,22 +647,16 @@ fn with_codecs() -> CleanerLimits {
 /// A batch of `records` "compressed" with [`XorCodec`] (as lz4), or corrupt if `broken`.
 fn xor_batch(records: &[Rec], ts: i64, broken: bool) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut b = BatchBuilder::with_base_timestamp(&mut out, ts);
-    for (i, r) in records.iter().enumerate() {
-        b.push(&RecordRef {
-            key: r.key.as_deref(),
-            value: r.value.as_deref(),
-            headers: &[],
-            timestamp_ms: ts + i as i64,
-        });
-    }
-    b.finish_compressed(sluice_batch::attributes::codec::LZ4, |raw| {
-        let mut packed: Vec<u8> = raw.iter().map(|b| b ^ XOR).collect();
-        if broken {
-            packed.insert(0, BROKEN);
-        }
-        packed
-    });
+    common::keyed::builder(&mut out, records, ts).finish_compressed(
+        sluice_batch::attributes::codec::LZ4,
+        |raw| {
+            let mut packed: Vec<u8> = raw.iter().map(|b| b ^ XOR).collect();
+            if broken {
+                packed.insert(0, BROKEN);
+            }
+            packed
+        },
+    );
     out
 }
 

@@ -19,10 +19,9 @@ pub fn rec(key: Option<&str>, value: Option<&str>) -> Rec {
     }
 }
 
-/// A batch of `records`, timestamps `ts, ts+1, ...`, optionally from an idempotent producer.
-pub fn batch(records: &[Rec], ts: i64, producer: Option<(i64, i16, i32)>) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut b = BatchBuilder::with_base_timestamp(&mut out, ts);
+/// A batch builder holding `records`, timestamps `ts, ts+1, ...`, writing into `out`.
+pub fn builder<'a>(out: &'a mut Vec<u8>, records: &[Rec], ts: i64) -> BatchBuilder<'a, Vec<u8>> {
+    let mut b = BatchBuilder::with_base_timestamp(out, ts);
     for (i, r) in records.iter().enumerate() {
         b.push(&RecordRef {
             key: r.key.as_deref(),
@@ -31,6 +30,13 @@ pub fn batch(records: &[Rec], ts: i64, producer: Option<(i64, i16, i32)>) -> Vec
             timestamp_ms: ts + i as i64,
         });
     }
+    b
+}
+
+/// A batch of `records`, timestamps `ts, ts+1, ...`, optionally from an idempotent producer.
+pub fn batch(records: &[Rec], ts: i64, producer: Option<(i64, i16, i32)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut b = builder(&mut out, records, ts);
     if let Some((id, epoch, seq)) = producer {
         b = b.with_producer(id, epoch, seq);
     }

@@ -5,8 +5,9 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
-import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static sluice.compat.AdminClientTest.failure;
+import static sluice.compat.AdminClientTest.get;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -46,7 +47,6 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.GroupState;
 import org.apache.kafka.common.GroupType;
-import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
@@ -109,15 +109,6 @@ class AdminToolCallsTest {
     } finally {
       admin.close(Duration.ofSeconds(10));
     }
-  }
-
-  static <T> T get(KafkaFuture<T> f) throws Exception {
-    return f.get(30, TimeUnit.SECONDS);
-  }
-
-  static Throwable failure(KafkaFuture<?> f) {
-    ExecutionException e = assertThrows(ExecutionException.class, () -> f.get(30, TimeUnit.SECONDS));
-    return e.getCause();
   }
 
   long timestampOf(int i) {
