@@ -1,0 +1,1 @@
+//! Refuses rules that can never fire.

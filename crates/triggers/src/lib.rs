@@ -1,0 +1,16 @@
+//! # sluice-triggers: event triggers over topics
+//!
+//! A trigger reads its source topics through the broker, takes each record's entity id and
+//! event name, evaluates its rule (crate `sluice-rules`) per entity, and fires into a topic or
+//! a signed webhook. Its state lives on the broker's own durable storage (an internal topic),
+//! so it survives SIGKILL in every storage mode. `docs/triggers.md` is the user's guide.
+//!
+//! - [`spec`]: a trigger's definition and its text forms (`key`, `json:FIELD`, `topic:NAME`);
+//! - [`manager`]: create, list, describe, delete; the durable definitions;
+//! - [`webhook`]: signing and delivery of webhook firings.
+
+pub mod manager;
+pub mod spec;
+pub mod webhook;
+
+pub use manager::{CreateRequest, Created, Manager, TriggerError, TriggerInfo, TriggerStatus};

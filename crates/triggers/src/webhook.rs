@@ -1,0 +1,1 @@
+//! Webhook firings: signing and delivery.
