@@ -7,9 +7,15 @@
 //!
 //! - [`spec`]: a trigger's definition and its text forms (`key`, `json:FIELD`, `topic:NAME`);
 //! - [`manager`]: create, list, describe, delete; the durable definitions;
+//! - [`run`]: one trigger's evaluator and deliverer tasks, recovery, exactly-once firings;
+//! - [`engine`]: the entities' rule states and the timer wheel, without I/O;
+//! - [`codec`]: the records of a trigger's state log;
 //! - [`webhook`]: signing and delivery of webhook firings.
 
+pub mod codec;
+pub mod engine;
 pub mod manager;
+pub mod run;
 pub mod spec;
 pub mod webhook;
 

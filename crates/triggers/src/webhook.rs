@@ -386,6 +386,12 @@ where
     })
 }
 
+/// Checks that `url` is a webhook URL attempts can use (http or https, a host, no
+/// credentials): for refusing a trigger at creation rather than at its first firing.
+pub fn check_url(url: &str) -> Result<(), DeliveryError> {
+    Target::parse(url).map(|_| ())
+}
+
 /// The parts of a webhook URL an attempt needs.
 #[derive(Debug)]
 struct Target {
