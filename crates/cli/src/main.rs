@@ -11,6 +11,7 @@ mod produce;
 mod serve;
 mod settings;
 mod topic;
+mod trigger;
 mod user;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +37,7 @@ enum Command {
     ApiKey(apikey::ApiKeyArgs),
     Bench(bench::BenchArgs),
     User(user::UserArgs),
+    Trigger(trigger::TriggerArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Command::ApiKey(args) => apikey::run(args),
         Command::Bench(args) => bench::run(args),
         Command::User(args) => user::run(args),
+        Command::Trigger(args) => trigger::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

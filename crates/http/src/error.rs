@@ -1,5 +1,6 @@
 //! Errors as HTTP answers: a status and a JSON body `{"error": "..."}` whose message says what
-//! to fix. 429 and 503 answers carry `Retry-After`.
+//! to fix. 429 and 503 answers carry `Retry-After`; errors about a position in a text the
+//! request sent (a trigger's rule) add `"position"`, its byte offset.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -13,6 +14,9 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for `Retry-After` (429 and 503).
     pub retry_after: Option<u64>,
+    /// Byte offset of the error in a text the request sent (a trigger's rule), shown as the
+    /// body's `"position"`.
+    pub position: Option<usize>,
 }
 
 impl ApiError {
@@ -21,7 +25,13 @@ impl ApiError {
             status,
             message: message.into(),
             retry_after: None,
+            position: None,
         }
+    }
+
+    /// This error with `"position"` in its body (when `position` is `Some`).
+    pub fn with_position(self, position: Option<usize>) -> ApiError {
+        ApiError { position, ..self }
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -117,7 +127,10 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.message });
+        let body = match self.position {
+            None => serde_json::json!({ "error": self.message }),
+            Some(position) => serde_json::json!({ "error": self.message, "position": position }),
+        };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             response

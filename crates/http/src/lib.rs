@@ -1,8 +1,9 @@
 //! # sluice-http: the HTTP API
 //!
 //! Plain HTTP for everything that is not a Kafka client (curl, scripts, serverless functions):
-//! produce and read records, manage topics, commit and fetch consumer-group offsets, and the
-//! operational routes `/healthz`, `/readyz` and `/metrics`. Routes and bodies are documented in
+//! produce and read records, send events for triggers, manage topics and triggers, commit and
+//! fetch consumer-group offsets, and the operational routes `/healthz`, `/readyz` and
+//! `/metrics`. Routes and bodies are documented in
 //! `docs/http-api.md` and `docs/openapi.yaml`.
 //!
 //! An adapter over [`sluice_broker::Broker`], like the Kafka listener: records produced here
@@ -11,8 +12,11 @@
 //!
 //! - `produce`: `POST /topics/{topic}/records` (JSON or the binary batch format), answered
 //!   once the records are durable;
+//! - `events`: `POST /topics/{topic}/events`, events (entity id, event name, JSON data) as
+//!   records a trigger reads, through `produce`'s path;
 //! - `consume`: `GET /topics/{topic}/partitions/{p}/records`, a long poll;
 //! - `topics`, `offsets`: admin and consumer-group offsets;
+//! - `triggers`: `/triggers`, event triggers through [`sluice_triggers::Manager`];
 //! - [`auth`]: API keys (`Authorization: Bearer`), each with topic grants;
 //! - [`limits`]: body size, records per request, concurrent requests, the body-read timeout;
 //!   the middleware that meters every request;
@@ -25,12 +29,14 @@ pub mod auth;
 pub mod conn;
 mod consume;
 mod error;
+mod events;
 mod health;
 pub mod limits;
 pub mod metrics;
 mod offsets;
 mod produce;
 mod topics;
+mod triggers;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
@@ -141,6 +147,9 @@ pub struct AppState {
     pub next_partition: AtomicU32,
     /// What the storage backend adds to `/metrics` and `/readyz` (object-storage mode).
     pub storage: Option<StorageHooks>,
+    /// The `/triggers` routes' manager; `None` (the routes answer 503) where the broker runs
+    /// no triggers (cluster mode, for now). Set with [`AppState::with_triggers`].
+    pub triggers: Option<Arc<sluice_triggers::Manager>>,
 }
 
 /// A storage backend's part of the operational routes.
@@ -188,7 +197,25 @@ impl AppState {
             shutdown,
             next_partition: AtomicU32::new(0),
             storage,
+            triggers: None,
         })
+    }
+
+    /// This state with the `/triggers` routes served by `triggers`, e.g.
+    /// `AppState::with_storage(...).with_triggers(Some(manager))`.
+    ///
+    /// # Panics
+    ///
+    /// When the state is already shared (a clone of the `Arc` exists): call it on the state
+    /// just built, before handing it to [`router`] or [`serve`].
+    pub fn with_triggers(
+        self: Arc<Self>,
+        triggers: Option<Arc<sluice_triggers::Manager>>,
+    ) -> Arc<AppState> {
+        let mut state = Arc::into_inner(self)
+            .expect("AppState::with_triggers is called on a state that is not shared yet");
+        state.triggers = triggers;
+        Arc::new(state)
     }
 }
 
@@ -201,6 +228,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(topics::describe).delete(topics::delete),
         )
         .route("/topics/{topic}/records", post(produce::produce))
+        .route("/topics/{topic}/events", post(events::produce_events))
         .route(
             "/topics/{topic}/partitions/{partition}/records",
             get(consume::consume),
@@ -208,6 +236,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/groups/{group}/offsets",
             get(offsets::fetch).post(offsets::commit),
+        )
+        .route("/triggers", get(triggers::list).post(triggers::create))
+        .route(
+            "/triggers/{name}",
+            get(triggers::describe).delete(triggers::delete),
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -10,6 +10,9 @@
 //! [`Broker::append`](sluice_broker::Broker::append) (*appended*) → await every append's
 //! fdatasync (*durable*) → answer 200 with the offsets (*acknowledged*).
 //!
+//! `POST /topics/{topic}/events` (module `events`) builds its records itself and produces them
+//! through [`produce_records`], the JSON path after parsing.
+//!
 //! A 4xx answer means nothing was written. A failure while appending (disk error) can leave the
 //! partitions appended before it written: the answer is then a 5xx, as for a Kafka produce whose
 //! partitions partly failed.
@@ -91,21 +94,7 @@ pub async fn produce(
     principal.require(Access::Write, &topic_name)?;
     let query = QueryParams::new(query, &["partition"])?;
     let body = body.map_err(body_error)?;
-    let topic = state.broker.topics().get(&topic_name).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "unknown topic '{topic_name}'; create it first (POST /topics): the HTTP API does not create topics on produce"
-        ))
-    })?;
-    let target = Target {
-        max_batch_bytes: usize::try_from(
-            topic
-                .config()
-                .max_message_bytes(state.broker.config().max_message_bytes),
-        )
-        .unwrap_or(0),
-        partitions: topic.partition_count().max(0) as u32,
-        topic,
-    };
+    let target = Target::new(&state, &topic_name)?;
     if is_binary(&headers) {
         produce_binary(&state, &target, &query, &body).await
     } else {
@@ -120,7 +109,7 @@ pub async fn produce(
 
 /// The topic a request produces to, with what partitioning and batching need to know.
 #[derive(Debug)]
-struct Target {
+pub(crate) struct Target {
     topic: Arc<Topic>,
     partitions: u32,
     /// The topic's `max.message.bytes`: no batch may be larger.
@@ -128,6 +117,26 @@ struct Target {
 }
 
 impl Target {
+    /// The existing topic `topic_name`; 404 when there is none (the HTTP API does not create
+    /// topics on produce).
+    pub(crate) fn new(state: &AppState, topic_name: &str) -> Result<Target, ApiError> {
+        let topic = state.broker.topics().get(topic_name).ok_or_else(|| {
+            ApiError::not_found(format!(
+                "unknown topic '{topic_name}'; create it first (POST /topics): the HTTP API does not create topics on produce"
+            ))
+        })?;
+        Ok(Target {
+            max_batch_bytes: usize::try_from(
+                topic
+                    .config()
+                    .max_message_bytes(state.broker.config().max_message_bytes),
+            )
+            .unwrap_or(0),
+            partitions: topic.partition_count().max(0) as u32,
+            topic,
+        })
+    }
+
     /// `partition` if the topic has it; else 404 naming the partitions it has.
     fn existing_partition(&self, partition: u64) -> Result<u32, ApiError> {
         if partition < u64::from(self.partitions) {
@@ -209,6 +218,19 @@ async fn produce_json(
 ) -> Result<Json<ProduceAnswer>, ApiError> {
     let now_ms = state.broker.now_ms();
     let records = parse_json_records(body, state.config.max_records_per_request, now_ms)?;
+    produce_records(state, target, &records).await
+}
+
+/// Produces `records` (already parsed, in request order; at most the per-request limit):
+/// each to its own partition, one append per partition, in partition order, each holding
+/// that partition's records in request order. Everything is checked before anything is
+/// written; the answer comes once every append is durable (fsynced), with each record's
+/// offset. `POST /topics/{topic}/events` produces through here too.
+pub(crate) async fn produce_records(
+    state: &AppState,
+    target: &Target,
+    records: &[ParsedRecord],
+) -> Result<Json<ProduceAnswer>, ApiError> {
     // Every record's partition, checked before anything is written.
     let mut keyless = None;
     let mut targets = Vec::with_capacity(records.len());
@@ -519,9 +541,10 @@ impl<'de> Deserialize<'de> for JsonHeaders {
 
 /// A JSON record turned into bytes, with its explicit partition if it named one.
 #[derive(Debug)]
-struct ParsedRecord {
-    record: ProducerRecord,
-    partition: Option<u64>,
+pub(crate) struct ParsedRecord {
+    pub(crate) record: ProducerRecord,
+    /// `None`: Kafka's murmur2 of the key, or round-robin for a record without a key.
+    pub(crate) partition: Option<u64>,
 }
 
 /// Parses a JSON body: one record object or a non-empty array of them.
@@ -574,7 +597,7 @@ fn parse_json_records(
         .collect()
 }
 
-fn json_kind(value: &serde_json::Value) -> &'static str {
+pub(crate) fn json_kind(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "boolean",
