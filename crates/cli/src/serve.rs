@@ -293,6 +293,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "opened data directory"
         );
+        // Event triggers run on a single broker (local disk or object storage); in cluster
+        // mode the HTTP API answers their routes with 503 and says why.
+        let triggers = if joined.is_some() {
+            None
+        } else {
+            Some(
+                sluice_triggers::Manager::open(Arc::clone(&broker))
+                    .await
+                    .context("starting the event triggers")?,
+            )
+        };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let http = match &http {
             Some(HttpListen { addr, addrs }) => {
@@ -325,7 +336,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     }
                     (None, None) => None,
                 };
-                let state = AppState::with_storage(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone(), storage);
+                let state = AppState::with_storage(Arc::clone(&broker), http_config, Arc::clone(&auth), stop_rx.clone(), storage)
+                    .with_triggers(triggers.clone());
                 match tls.clone().filter(|_| http_tls) {
                     Some(tls) => Some(tokio::spawn(sluice_http::serve_tls(
                         listener,
@@ -439,6 +451,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             let _ = reload.await;
         }
         let _ = retention.await;
+        if let Some(triggers) = &triggers {
+            triggers.shutdown().await;
+        }
         let b = Arc::clone(&broker);
         tokio::task::spawn_blocking(move || b.shutdown()).await?;
         if let Some(backend) = &backend {
