@@ -153,7 +153,7 @@ fn manager(state: &AppState) -> Result<&Arc<Manager>, ApiError> {
     state.triggers.as_ref().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "triggers are not available: this broker runs without them (brokers sharing a metadata store, --metadata, do not run triggers yet)",
+            "triggers are not available: this broker runs without them (cluster mode, brokers sharing a metadata store with --metadata, does not run triggers yet; run them on a single broker, local disk or object storage)",
         )
     })
 }
