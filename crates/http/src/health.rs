@@ -68,6 +68,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>, _principal: Principal) 
         if let Some(storage) = &state.storage {
             text.push_str(&(storage.series)());
         }
+        if let Some(triggers) = &state.triggers {
+            text.push_str(&triggers.render_metrics());
+        }
         text
     })
     .await

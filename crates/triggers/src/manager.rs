@@ -612,6 +612,89 @@ impl Manager {
         }
     }
 
+    /// The triggers' series for `/metrics` (Prometheus text format), one label per trigger.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let infos = self.list();
+        let mut out = String::new();
+        let families: [(&str, &str, &str, fn(&TriggerStatus) -> u64); 8] = [
+            (
+                "sluice_trigger_events_total",
+                "counter",
+                "Source records evaluated by the trigger since the broker started.",
+                |s| s.events,
+            ),
+            (
+                "sluice_trigger_firings_total",
+                "counter",
+                "Firings the trigger made since the broker started.",
+                |s| s.firings,
+            ),
+            (
+                "sluice_trigger_delivered_total",
+                "counter",
+                "Firings delivered to the sink since the broker started.",
+                |s| s.delivered,
+            ),
+            (
+                "sluice_trigger_delivery_failures_total",
+                "counter",
+                "Webhook attempts that failed since the broker started.",
+                |s| s.delivery_failures,
+            ),
+            (
+                "sluice_trigger_dead_lettered_total",
+                "counter",
+                "Firings sent to the dead-letter topic since the broker started.",
+                |s| s.dead_lettered,
+            ),
+            (
+                "sluice_trigger_entities",
+                "gauge",
+                "Entities whose rule state the trigger keeps.",
+                |s| s.entities,
+            ),
+            (
+                "sluice_trigger_lag_records",
+                "gauge",
+                "Source records not yet read by the trigger.",
+                |s| s.lag,
+            ),
+            (
+                "sluice_trigger_running",
+                "gauge",
+                "1 while the trigger runs, 0 while it starts or after it failed.",
+                |s| u64::from(s.state == "running"),
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for info in &infos {
+                let _ = writeln!(
+                    out,
+                    "{name}{{trigger=\"{}\"}} {}",
+                    info.name,
+                    value(&info.status)
+                );
+            }
+        }
+        let name = "sluice_trigger_skipped_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Source records the trigger skipped, by reason, since the broker started.\n# TYPE {name} counter"
+        );
+        for info in &infos {
+            for (reason, n) in &info.status.skipped {
+                let _ = writeln!(
+                    out,
+                    "{name}{{trigger=\"{}\",reason=\"{reason}\"}} {n}",
+                    info.name
+                );
+            }
+        }
+        out
+    }
+
     fn info(&self, r: &Running) -> TriggerInfo {
         use std::sync::atomic::Ordering::Relaxed;
         let spec = &r.def.spec;

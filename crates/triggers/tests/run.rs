@@ -424,6 +424,15 @@ async fn bad_input_is_refused_or_skipped_and_counted() {
     assert_eq!(json.skipped.get("bad_json"), Some(&2), "{json:?}");
     assert_eq!(json.skipped.get("no_entity"), Some(&1), "{json:?}");
     assert_eq!(json.state, "running");
+    let metrics = node.manager.render_metrics();
+    for line in [
+        "sluice_trigger_skipped_total{trigger=\"json\",reason=\"bad_json\"} 2",
+        "sluice_trigger_events_total{trigger=\"unpaid\"} 3",
+        "sluice_trigger_firings_total{trigger=\"json\"} 1",
+        "sluice_trigger_running{trigger=\"unpaid\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} not in\n{metrics}");
+    }
 
     node.manager.delete("json").await.unwrap();
     assert!(matches!(
