@@ -154,6 +154,14 @@ impl TriggerError {
     }
 }
 
+/// One `/metrics` family: name, type, help, and its value from a trigger's status.
+type MetricFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&TriggerStatus) -> u64,
+);
+
 /// The internal topic holding trigger definitions.
 pub const DEFINITIONS_TOPIC: &str = "__sluice_triggers";
 
@@ -617,7 +625,7 @@ impl Manager {
         use std::fmt::Write;
         let infos = self.list();
         let mut out = String::new();
-        let families: [(&str, &str, &str, fn(&TriggerStatus) -> u64); 8] = [
+        let families: [MetricFamily; 8] = [
             (
                 "sluice_trigger_events_total",
                 "counter",
