@@ -469,10 +469,9 @@ fn list_of(value: &Value) -> String {
 /// `message` with the line of `rule` holding byte `position` and a caret under it, unless the
 /// message has a caret line already.
 fn with_caret(message: &str, rule: &str, position: usize) -> String {
-    let has_caret = message.lines().any(|l| {
-        let l = l.trim();
-        !l.is_empty() && l.chars().all(|c| c == '^')
-    });
+    // The server's rule errors end with the rule and a caret line already (possibly with
+    // more text after the caret, such as the status).
+    let has_caret = message.lines().any(|l| l.trim_start().starts_with('^'));
     if has_caret || position > rule.len() || !rule.is_char_boundary(position) {
         return message.to_owned();
     }

@@ -199,6 +199,13 @@ async fn fires_into_a_topic_once_per_match_and_survives_a_restart() {
     // Restart before the week is over: the state (three signups, one paid) must survive.
     node.close().await;
     let node = open(dir.path(), &clock).await;
+    for _ in 0..100 {
+        if node.status("unpaid").await.state == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(node.status("unpaid").await.entities, 3, "entities recovered");
     clock.advance(6 * DAY_MS + 1);
     let fired = node.wait_for("unpaid", 2).await;
     assert_eq!(keys(&fired), ["u1", "u3"]);

@@ -340,6 +340,12 @@ pub async fn run(
         elapsed_ms = recovered.elapsed_ms,
         "trigger recovered its state"
     );
+    stats
+        .entities
+        .store(recovered.engine.entities() as u64, Ordering::Relaxed);
+    stats
+        .state_bytes
+        .store(recovered.engine.state_bytes() as u64, Ordering::Relaxed);
     stats.set_state("running", None);
     let deliverer = tokio::spawn(deliver::deliver(
         Arc::clone(&broker),
