@@ -316,23 +316,53 @@ async fn append_records(
     Ok(appended.base_offset)
 }
 
-/// Runs a trigger until `stop` becomes true (or it fails: its status says why).
+/// Runs a trigger until `stop` becomes true.
+///
+/// A failure (a state-log write or a read that fails: disk full, the object store down) does
+/// not end the trigger: its in-memory state may be ahead of what is durable, so it is thrown
+/// away, and the trigger recovers again from its state log after a wait (doubling from 1 s to
+/// a minute), the status saying why meanwhile.
 pub async fn run(
     broker: Arc<Broker>,
     def: Arc<Definition>,
     stats: Arc<Stats>,
     mut stop: watch::Receiver<bool>,
 ) {
-    stats.set_state("starting", None);
-    let outbox = Arc::new(Outbox::default());
-    let recovered = match recover::recover(&broker, &def, &outbox).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(trigger = %def.spec.name, error = %e, "trigger failed to recover its state");
-            stats.set_state("failed", Some(e.to_string()));
+    let mut wait = Duration::from_secs(1);
+    loop {
+        stats.set_state("starting", None);
+        let error = match run_once(&broker, &def, &stats, &mut stop).await {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        tracing::error!(trigger = %def.spec.name, error = %error, retry_in_ms = wait.as_millis() as u64, "trigger failed; it recovers its state again after a wait");
+        stats.set_state(
+            "failed",
+            Some(format!(
+                "{error} (recovering again in {} s)",
+                wait.as_secs()
+            )),
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
             return;
         }
-    };
+        wait = (wait * 2).min(Duration::from_secs(60));
+    }
+}
+
+/// Recovers, then runs the evaluator and the deliverer until `stop` (Ok) or a failure (Err).
+async fn run_once(
+    broker: &Arc<Broker>,
+    def: &Arc<Definition>,
+    stats: &Arc<Stats>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let outbox = Arc::new(Outbox::default());
+    let recovered = recover::recover(broker, def, &outbox).await?;
     tracing::info!(
         trigger = %def.spec.name,
         entities = recovered.engine.entities(),
@@ -347,17 +377,19 @@ pub async fn run(
         .state_bytes
         .store(recovered.engine.state_bytes() as u64, Ordering::Relaxed);
     stats.set_state("running", None);
+    // The deliverer stops with the trigger, or when this run fails.
+    let (deliverer_stop, deliverer_stop_rx) = watch::channel(false);
     let deliverer = tokio::spawn(deliver::deliver(
-        Arc::clone(&broker),
-        Arc::clone(&def),
-        Arc::clone(&stats),
+        Arc::clone(broker),
+        Arc::clone(def),
+        Arc::clone(stats),
         Arc::clone(&outbox),
-        stop.clone(),
+        deliverer_stop_rx,
     ));
     let mut evaluator = Evaluator {
-        broker: Arc::clone(&broker),
-        def: Arc::clone(&def),
-        stats: Arc::clone(&stats),
+        broker: Arc::clone(broker),
+        def: Arc::clone(def),
+        stats: Arc::clone(stats),
         outbox,
         engine: recovered.engine,
         positions: recovered.positions,
@@ -368,11 +400,10 @@ pub async fn run(
         last_step_ms: broker.now_ms(),
         positions_moved: false,
     };
-    if let Err(e) = evaluator.run(&mut stop).await {
-        tracing::error!(trigger = %def.spec.name, error = %e, "trigger stopped");
-        stats.set_state("failed", Some(e.to_string()));
-    }
+    let result = evaluator.run(stop).await;
+    let _ = deliverer_stop.send(true);
     let _ = deliverer.await;
+    result
 }
 
 struct Evaluator {
