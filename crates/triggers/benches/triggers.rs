@@ -49,8 +49,7 @@
 //!      reports `running` (the runtime sets it the moment its state is rebuilt from the last
 //!      snapshot and the log after it, and the topic sink checked for pending firings), with the
 //!      entities and the state-log bytes. The entities are checked afterwards: one probe event
-//!      per trigger must bring each trigger's entity count to its count before the restart + 1
-//!      (`describe` publishes the count only after a step).
+//!      per trigger must bring each trigger's entity count to its count before the restart + 1.
 //!
 //! Run from the workspace root (`scripts/bench-triggers.sh` runs the published sizes):
 //!
