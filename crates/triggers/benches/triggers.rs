@@ -459,6 +459,11 @@ fn fmt_num(v: f64) -> String {
 // Part 1: the engine alone
 // ---------------------------------------------------------------------------------------------
 
+thread_local! {
+    /// The step record buffer, reused as the runtime would reuse its own.
+    static STEP_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Takes a step from every engine with changes; returns (updates, event firings, deadline
 /// firings). A firing at a deadline is one none of whose events has the firing's time.
 fn take_steps(engines: &mut [Engine]) -> (u64, u64, u64) {
@@ -467,9 +472,10 @@ fn take_steps(engines: &mut [Engine]) -> (u64, u64, u64) {
         if !e.has_changes() {
             continue;
         }
-        let step = e.take_step();
-        updates += step.updates.len() as u64;
-        for f in &step.firings {
+        STEP_BUFFER.with(|b| b.borrow_mut().clear());
+        let (firings, n) = STEP_BUFFER.with(|b| e.take_step(&[], 0, &mut b.borrow_mut()));
+        updates += n as u64;
+        for f in &firings {
             if f.events.iter().any(|&(_, t)| t == f.time_ms) {
                 at_events += 1;
             } else {
@@ -501,12 +507,20 @@ fn load_entities(engines: &mut [Engine], rule_ids: &[usize], entities: u32) {
         for (e, &id) in engines.iter_mut().zip(&ids) {
             eval(e, &key, id, T0_MS);
             if e.step_bytes() >= STEP_MAX_BYTES {
-                drop(e.take_step());
+                STEP_BUFFER.with(|b| {
+                    let mut b = b.borrow_mut();
+                    b.clear();
+                    drop(e.take_step(&[], 0, &mut b));
+                });
             }
         }
     }
     for e in engines.iter_mut() {
-        drop(e.take_step());
+        STEP_BUFFER.with(|b| {
+            let mut b = b.borrow_mut();
+            b.clear();
+            drop(e.take_step(&[], 0, &mut b));
+        });
     }
 }
 

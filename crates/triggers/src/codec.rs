@@ -24,7 +24,8 @@ const VERSION: u8 = 1;
 const KIND_STEP: u8 = b'S';
 const KIND_DELIVERED: u8 = b'D';
 const KIND_CHUNK: u8 = b'C';
-const KIND_END: u8 = b'E';
+/// The first byte of an `End` record (recovery looks for them without decoding the rest).
+pub const KIND_END: u8 = b'E';
 
 /// How far a trigger has read one source partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,6 +231,58 @@ impl LogRecord {
             )));
         }
         Ok(record)
+    }
+}
+
+/// Writes a [`LogRecord::Step`] piece by piece, without building its vectors first: the
+/// engine encodes entity ids and states straight from its slots. The bytes are exactly
+/// [`LogRecord::encode`]'s.
+#[derive(Debug)]
+pub struct StepEncoder<'a> {
+    out: &'a mut Vec<u8>,
+    /// Where the update count goes, written once known.
+    count_at: usize,
+    count: u32,
+}
+
+impl<'a> StepEncoder<'a> {
+    pub fn begin(out: &'a mut Vec<u8>, positions: &[Position], clock_ms: i64) -> StepEncoder<'a> {
+        let mut w = Writer(out);
+        w.u8(KIND_STEP);
+        w.u8(VERSION);
+        w.positions(positions);
+        w.i64(clock_ms);
+        let count_at = out.len();
+        out.extend_from_slice(&0u32.to_le_bytes());
+        StepEncoder {
+            out,
+            count_at,
+            count: 0,
+        }
+    }
+
+    /// One entity's new state (`encode` appends it), or `None`: dropped.
+    pub fn update(&mut self, entity: &[u8], state: Option<impl FnOnce(&mut Vec<u8>)>) {
+        Writer(self.out).bytes(entity);
+        match state {
+            Some(encode) => {
+                self.out.push(1);
+                let len_at = self.out.len();
+                self.out.extend_from_slice(&0u32.to_le_bytes());
+                encode(self.out);
+                let len = (self.out.len() - len_at - 4) as u32;
+                self.out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+            }
+            None => self.out.push(0),
+        }
+        self.count += 1;
+    }
+
+    /// Ends the record with its firings; returns the number of updates written.
+    pub fn finish(self, firings: &[Fired]) -> usize {
+        self.out[self.count_at..self.count_at + 4].copy_from_slice(&self.count.to_le_bytes());
+        Writer(self.out).firings(firings);
+        self.count as usize
     }
 }
 
@@ -469,6 +522,34 @@ mod tests {
                 let _ = LogRecord::decode(&changed);
             }
         }
+    }
+
+    #[test]
+    fn the_step_encoder_writes_what_encode_writes() {
+        let record = samples().remove(0);
+        let LogRecord::Step {
+            positions,
+            clock_ms,
+            updates,
+            firings,
+        } = &record
+        else {
+            unreachable!()
+        };
+        let mut want = Vec::new();
+        record.encode(&mut want);
+        let mut got = Vec::new();
+        let mut step = StepEncoder::begin(&mut got, positions, *clock_ms);
+        for (entity, state) in updates {
+            step.update(
+                entity,
+                state
+                    .as_ref()
+                    .map(|s| |out: &mut Vec<u8>| out.extend_from_slice(s)),
+            );
+        }
+        assert_eq!(step.finish(firings), updates.len());
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -636,15 +636,9 @@ impl Evaluator {
 
     /// Writes what changed as one durable step record, then hands its firings to the outbox.
     async fn write_step(&mut self) -> Result<(), RunError> {
-        let changes = self.engine.take_step();
-        let record = LogRecord::Step {
-            positions: self.position_list(),
-            clock_ms: self.clock_ms,
-            updates: changes.updates,
-            firings: changes.firings,
-        };
-        let mut value = Vec::new();
-        record.encode(&mut value);
+        let positions = self.position_list();
+        let mut value = Vec::with_capacity(self.engine.step_bytes() + 64);
+        let (firings, _) = self.engine.take_step(&positions, self.clock_ms, &mut value);
         self.log_bytes_since_snapshot += value.len() as u64;
         append_records(
             &self.broker,
@@ -666,9 +660,6 @@ impl Evaluator {
         self.stats
             .state_bytes
             .store(self.engine.state_bytes() as u64, Ordering::Relaxed);
-        let LogRecord::Step { firings, .. } = record else {
-            unreachable!("built above")
-        };
         if !firings.is_empty() {
             self.stats
                 .firings

@@ -46,18 +46,29 @@ pub(super) async fn recover(
     // Pass 1: where does the last complete snapshot start?
     // (End offset, its first chunk offset, its snapshot id)
     let mut last_end: Option<(i64, i64, u64)> = None;
-    scan(broker, &*part, part.log_start_offset(), |offset, record| {
-        if let LogRecord::End {
-            first_chunk_offset,
-            snapshot,
-            ..
-        } = record
-        {
-            last_end = Some((offset, first_chunk_offset, snapshot));
+    let mut error = None;
+    // Only `End` records are decoded here (their kind is the first byte); the others are
+    // decoded once, in pass 2.
+    scan_raw(broker, &*part, part.log_start_offset(), |view| {
+        if view.value.and_then(|v| v.first()) != Some(&crate::codec::KIND_END) {
+            return;
         }
-        Ok(())
+        match view.value.map(LogRecord::decode) {
+            Some(Ok(LogRecord::End {
+                first_chunk_offset,
+                snapshot,
+                ..
+            })) => last_end = Some((view.offset, first_chunk_offset, snapshot)),
+            Some(Err(e)) => {
+                error.get_or_insert(RunError::Corrupt(format!("record {}: {e}", view.offset)));
+            }
+            _ => {}
+        }
     })
     .await?;
+    if let Some(e) = error {
+        return Err(e);
+    }
     let (end_offset, first_chunk, end_snapshot) = last_end.ok_or_else(|| {
         RunError::Corrupt("no snapshot in the state log (not initialized)".to_owned())
     })?;
