@@ -250,11 +250,20 @@ pub struct Manager {
     /// Serialises create and delete (each writes the definitions topic, then changes `running`).
     changes: tokio::sync::Mutex<()>,
     running: std::sync::Mutex<BTreeMap<String, Running>>,
+    tuning: run::Tuning,
 }
 
 impl Manager {
     /// Reads the stored definitions and starts every trigger. Call from within the runtime.
     pub async fn open(broker: Arc<Broker>) -> Result<Arc<Manager>, TriggerError> {
+        Self::open_with(broker, run::Tuning::default()).await
+    }
+
+    /// [`Manager::open`] with the runtime's settings changed (tests: snapshot often).
+    pub async fn open_with(
+        broker: Arc<Broker>,
+        tuning: run::Tuning,
+    ) -> Result<Arc<Manager>, TriggerError> {
         if broker.cluster().is_some() {
             return Ok(Arc::new(Manager {
                 broker,
@@ -263,6 +272,7 @@ impl Manager {
                 ),
                 changes: tokio::sync::Mutex::new(()),
                 running: std::sync::Mutex::new(BTreeMap::new()),
+                tuning,
             }));
         }
         let manager = Arc::new(Manager {
@@ -270,6 +280,7 @@ impl Manager {
             unavailable: None,
             changes: tokio::sync::Mutex::new(()),
             running: std::sync::Mutex::new(BTreeMap::new()),
+            tuning,
         });
         let stored = manager.load().await?;
         for (name, stored) in stored {
@@ -345,6 +356,7 @@ impl Manager {
             Arc::clone(&self.broker),
             Arc::clone(&def),
             Arc::clone(&stats),
+            self.tuning,
             stop_rx,
         ));
         tracing::info!(trigger = %def.spec.name, rule = %def.spec.rule, sink = %def.spec.sink, "trigger started");

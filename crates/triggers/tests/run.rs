@@ -9,6 +9,7 @@ use sluice_broker::{Broker, BrokerConfig, TopicConfig};
 use sluice_log::ManualClock;
 use sluice_protocol::records::{Batches, ConsumedRecord, ProducerRecord, encode_batch};
 use sluice_triggers::codec::{Fired, LogRecord, Position};
+use sluice_triggers::run::Tuning;
 use sluice_triggers::{CreateRequest, Manager, TriggerError};
 
 const T0: i64 = 1_800_000_000_000;
@@ -21,9 +22,15 @@ struct Node {
 }
 
 async fn open(dir: &std::path::Path, clock: &ManualClock) -> Node {
+    open_tuned(dir, clock, Tuning::default()).await
+}
+
+async fn open_tuned(dir: &std::path::Path, clock: &ManualClock, tuning: Tuning) -> Node {
     let broker =
         Arc::new(Broker::open_with_clock(BrokerConfig::new(dir), Arc::new(clock.clone())).unwrap());
-    let manager = Manager::open(Arc::clone(&broker)).await.unwrap();
+    let manager = Manager::open_with(Arc::clone(&broker), tuning)
+        .await
+        .unwrap();
     Node {
         broker,
         clock: clock.clone(),
@@ -205,7 +212,11 @@ async fn fires_into_a_topic_once_per_match_and_survives_a_restart() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(node.status("unpaid").await.entities, 3, "entities recovered");
+    assert_eq!(
+        node.status("unpaid").await.entities,
+        3,
+        "entities recovered"
+    );
     clock.advance(6 * DAY_MS + 1);
     let fired = node.wait_for("unpaid", 2).await;
     assert_eq!(keys(&fired), ["u1", "u3"]);
@@ -438,7 +449,10 @@ async fn bad_input_is_refused_or_skipped_and_counted() {
         "sluice_trigger_firings_total{trigger=\"json\"} 1",
         "sluice_trigger_running{trigger=\"unpaid\"} 1",
     ] {
-        assert!(metrics.lines().any(|l| l == line), "{line} not in\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} not in\n{metrics}"
+        );
     }
 
     node.manager.delete("json").await.unwrap();
@@ -460,5 +474,64 @@ async fn bad_input_is_refused_or_skipped_and_counted() {
     let node = open(dir.path(), &clock).await;
     let names: Vec<String> = node.manager.list().into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["unpaid"]);
+    node.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_recovers_from_a_snapshot_after_the_log_was_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    // A snapshot after every step: recovery must rely on snapshots and the cut log.
+    let tuning = Tuning {
+        snapshot_after_bytes: 1,
+    };
+    let node = open_tuned(dir.path(), &clock, tuning).await;
+    node.topic("signups", 1);
+    node.manager.create(unpaid(true)).await.unwrap();
+    let mut evaluated = 0;
+    for round in 0..5 {
+        let users: Vec<String> = (0..20).map(|i| format!("r{round}-u{i}")).collect();
+        let events: Vec<(&str, &str)> = users.iter().map(|u| (u.as_str(), "signed_up")).collect();
+        node.produce("signups", 0, &events).await;
+        // Half of them pay.
+        let paid: Vec<(&str, &str)> = users
+            .iter()
+            .step_by(2)
+            .map(|u| (u.as_str(), "paid"))
+            .collect();
+        node.produce("signups", 0, &paid).await;
+        evaluated += 30;
+        node.wait_evaluated("unpaid", evaluated).await;
+    }
+    let state_topic = node
+        .broker
+        .topics()
+        .all()
+        .into_iter()
+        .find(|t| t.name.starts_with("__sluice_trigger.unpaid."))
+        .unwrap();
+    let cut = state_topic.partition(0).unwrap().log_start_offset();
+    assert!(cut > 0, "the state log was cut after a snapshot");
+    node.close().await;
+
+    let node = open_tuned(dir.path(), &clock, tuning).await;
+    for _ in 0..100 {
+        if node.status("unpaid").await.state == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        node.status("unpaid").await.entities,
+        100,
+        "every entity back from the snapshot"
+    );
+    clock.advance(7 * DAY_MS);
+    let fired = node.wait_for("unpaid", 50).await;
+    assert_eq!(fired.len(), 50, "one firing per user who did not pay");
+    let mut ids = firing_ids(&fired);
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 50);
     node.close().await;
 }

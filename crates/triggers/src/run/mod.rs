@@ -58,7 +58,22 @@ const CHUNK_BYTES: usize = 1 << 20;
 
 /// A snapshot is taken once the state log has grown by this much since the last one, or by
 /// twice the last snapshot's size if that is more (so a large state is not rewritten often).
-const SNAPSHOT_AFTER_BYTES: u64 = 64 << 20;
+pub const SNAPSHOT_AFTER_BYTES: u64 = 64 << 20;
+
+/// Settings of the runtime that tests change (the defaults are the constants above).
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// See [`SNAPSHOT_AFTER_BYTES`].
+    pub snapshot_after_bytes: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            snapshot_after_bytes: SNAPSHOT_AFTER_BYTES,
+        }
+    }
+}
 
 /// Firings made but not delivered; past this the evaluator stops reading until the sink
 /// catches up (a webhook that is down does not grow memory without bound).
@@ -326,12 +341,13 @@ pub async fn run(
     broker: Arc<Broker>,
     def: Arc<Definition>,
     stats: Arc<Stats>,
+    tuning: Tuning,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut wait = Duration::from_secs(1);
     loop {
         stats.set_state("starting", None);
-        let error = match run_once(&broker, &def, &stats, &mut stop).await {
+        let error = match run_once(&broker, &def, &stats, tuning, &mut stop).await {
             Ok(()) => return,
             Err(e) => e,
         };
@@ -359,6 +375,7 @@ async fn run_once(
     broker: &Arc<Broker>,
     def: &Arc<Definition>,
     stats: &Arc<Stats>,
+    tuning: Tuning,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     let outbox = Arc::new(Outbox::default());
@@ -399,6 +416,7 @@ async fn run_once(
         snapshot_id: recovered.snapshot_id,
         last_step_ms: broker.now_ms(),
         positions_moved: false,
+        tuning,
     };
     let result = evaluator.run(stop).await;
     let _ = deliverer_stop.send(true);
@@ -419,6 +437,7 @@ struct Evaluator {
     snapshot_id: u64,
     last_step_ms: i64,
     positions_moved: bool,
+    tuning: Tuning,
 }
 
 /// Where a record's entity id and event name are, decoded once per record.
@@ -614,7 +633,12 @@ impl Evaluator {
         {
             self.write_step().await?;
         }
-        if self.log_bytes_since_snapshot >= SNAPSHOT_AFTER_BYTES.max(2 * self.last_snapshot_bytes) {
+        if self.log_bytes_since_snapshot
+            >= self
+                .tuning
+                .snapshot_after_bytes
+                .max(2 * self.last_snapshot_bytes)
+        {
             self.snapshot().await?;
         }
         Ok(())
