@@ -384,6 +384,15 @@ impl Manager {
         self.check_available()?;
         let _changes = self.changes.lock().await;
         let (spec, generated_secret) = self.validate(request)?;
+        // The never-fires search takes up to tens of milliseconds: off the async workers.
+        let rule = spec.rule.clone();
+        tokio::task::spawn_blocking(move || sluice_rules::check::check(&rule))
+            .await
+            .map_err(|e| TriggerError::Storage(format!("checking the rule: {e}")))?
+            .map_err(|e| TriggerError::Rule {
+                message: e.to_string(),
+                position: None,
+            })?;
         if self
             .running
             .lock()
@@ -456,10 +465,6 @@ impl Manager {
                 ));
             }
         };
-        sluice_rules::check::check(&rule).map_err(|e| TriggerError::Rule {
-            message: e.to_string(),
-            position: None,
-        })?;
         let entity = match &r.entity {
             Some(e) => EntityFrom::parse(e).map_err(invalid)?,
             None => EntityFrom::Key,
