@@ -200,21 +200,35 @@ async fn deliver_to_topic(
     sink: &str,
     batch: &[Fired],
 ) -> Result<bool, RunError> {
+    // After a failed append some partitions' records may be durable: read the sink back
+    // before writing again, so the retry writes only the firings that are not there.
+    if outbox.reread_sink.load(Ordering::Acquire) {
+        let marks = outbox.sink_marks.lock().expect("outbox lock").clone();
+        let found = super::recover::firings_in_sink(broker, def, &marks).await?;
+        *outbox.in_sink.lock().expect("outbox lock") = found;
+        outbox.reread_sink.store(false, Ordering::Release);
+    }
     let records: Vec<ProducerRecord> = {
-        let mut in_sink = outbox.in_sink.lock().expect("outbox lock");
+        let in_sink = outbox.in_sink.lock().expect("outbox lock");
         batch
             .iter()
-            .filter(|f| !in_sink.remove(&f.seq))
+            .filter(|f| !in_sink.contains(&f.seq))
             .map(|f| sink_record(def, names, f, Vec::new()))
             .collect()
     };
-    if records.is_empty() {
-        return Ok(true);
+    if !records.is_empty() {
+        if broker.topics().get(sink).is_none() {
+            ensure_topic(broker, sink, TopicConfig::default(), 0)?;
+        }
+        if let Err(e) = append_keyed(broker, sink, records).await {
+            outbox.reread_sink.store(true, Ordering::Release);
+            return Err(e);
+        }
     }
-    if broker.topics().get(sink).is_none() {
-        ensure_topic(broker, sink, TopicConfig::default(), 0)?;
+    let mut in_sink = outbox.in_sink.lock().expect("outbox lock");
+    for f in batch {
+        in_sink.remove(&f.seq);
     }
-    append_keyed(broker, sink, records).await?;
     Ok(true)
 }
 

@@ -182,6 +182,8 @@ struct Outbox {
     sink_marks: Mutex<Vec<SinkMark>>,
     /// Firing seqs found already in the sink at recovery (not written again).
     in_sink: Mutex<HashSet<u64>>,
+    /// A sink append failed: `in_sink` must be read again before the next one.
+    reread_sink: std::sync::atomic::AtomicBool,
     added: Notify,
     taken: Notify,
 }

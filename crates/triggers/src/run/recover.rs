@@ -178,31 +178,11 @@ pub(super) async fn recover(
         .collect();
     // A topic sink may already hold some pending firings (delivered, but the crash came
     // before the delivery record): find them so they are not written twice.
-    let mut in_sink = HashSet::new();
-    if let (Sink::Topic(sink), false) = (&def.spec.sink, pending.is_empty()) {
-        let prefix = format!("{}:{:x}:", def.spec.name, def.incarnation);
-        if let Some(topic) = broker.topics().get(sink) {
-            for (p, part) in topic.partitions().iter().enumerate() {
-                let from = marks
-                    .iter()
-                    .find(|m| m.partition == p as i32)
-                    .map_or(part.log_start_offset(), |m| m.end_offset);
-                scan_raw(broker, &**part, from, |view| {
-                    for (key, value) in view.headers.iter() {
-                        if key == FIRING_ID_HEADER.as_bytes()
-                            && let Some(seq) = value
-                                .and_then(|v| std::str::from_utf8(v).ok())
-                                .and_then(|v| v.strip_prefix(&prefix))
-                                .and_then(|v| v.parse::<u64>().ok())
-                        {
-                            in_sink.insert(seq);
-                        }
-                    }
-                })
-                .await?;
-            }
-        }
-    }
+    let in_sink = if pending.is_empty() {
+        HashSet::new()
+    } else {
+        firings_in_sink(broker, def, &marks).await?
+    };
     outbox.delivered_seq.store(delivered, Ordering::Release);
     *outbox.sink_marks.lock().expect("outbox lock") = marks;
     *outbox.in_sink.lock().expect("outbox lock") = in_sink;
@@ -292,4 +272,43 @@ pub(super) async fn scan_raw(
         }
     }
     Ok(())
+}
+
+/// The firings of this trigger incarnation found in its sink topic from `marks` (where each
+/// sink partition ended after the last recorded delivery; a partition without a mark is read
+/// from its start) to the end: delivered, though maybe not recorded as delivered. Empty for a
+/// webhook sink.
+pub(super) async fn firings_in_sink(
+    broker: &Broker,
+    def: &Definition,
+    marks: &[crate::codec::SinkMark],
+) -> Result<HashSet<u64>, RunError> {
+    let mut in_sink = HashSet::new();
+    let Sink::Topic(sink) = &def.spec.sink else {
+        return Ok(in_sink);
+    };
+    let Some(topic) = broker.topics().get(sink) else {
+        return Ok(in_sink);
+    };
+    let prefix = format!("{}:{:x}:", def.spec.name, def.incarnation);
+    for (p, part) in topic.partitions().iter().enumerate() {
+        let from = marks
+            .iter()
+            .find(|m| m.partition == p as i32)
+            .map_or(part.log_start_offset(), |m| m.end_offset);
+        scan_raw(broker, &**part, from, |view| {
+            for (key, value) in view.headers.iter() {
+                if key == FIRING_ID_HEADER.as_bytes()
+                    && let Some(seq) = value
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(|v| v.strip_prefix(&prefix))
+                        .and_then(|v| v.parse::<u64>().ok())
+                {
+                    in_sink.insert(seq);
+                }
+            }
+        })
+        .await?;
+    }
+    Ok(in_sink)
 }
