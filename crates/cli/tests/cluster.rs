@@ -100,10 +100,10 @@ fn written_through_one_broker_read_through_another() {
 
     // Every broker lists both, once it has seen the other's registration (the registry is
     // read again every second; a loaded machine can be later than that).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(15);
     let mut listing = kcat(&["-b", &b.bootstrap(), "-L"], "");
-    while !listing.contains("2 brokers") && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(250));
+    while !listing.contains("2 brokers") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
         listing = kcat(&["-b", &b.bootstrap(), "-L"], "");
     }
     assert!(listing.contains("2 brokers"), "{listing}");
