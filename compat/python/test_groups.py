@@ -285,8 +285,20 @@ def wait_for(members: list[Member], predicate: Callable[[], object], timeout_s: 
         if predicate():
             return
         if now() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what()}")
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what()}{recent_client_errors(members)}")
         time.sleep(0.1)
+
+
+def recent_client_errors(members: list[Member], count: int = 8) -> str:
+    """The last client errors the members reported (e.g. "Subscribed topic not available"), for
+    a failure message: what the clients saw says whether a stuck rebalance is theirs or the
+    coordinator's."""
+    if not members:
+        return ""
+    recent = members[0].rec.client_errors[-count:]
+    if not recent:
+        return "; no client errors reported"
+    return "; last client errors: " + "; ".join(f"{m} at {t:.1f}: {e}" for t, m, e in recent)
 
 
 def describe_assignments(members: list[Member]) -> str:

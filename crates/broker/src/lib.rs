@@ -110,15 +110,27 @@ pub struct Broker {
 struct ClusterParts {
     meta: Arc<dyn cluster::ClusterMeta>,
     catalog: Arc<catalog::CatalogSync>,
-    /// Limits the catalog reloads that requests naming a topic this broker does not know
-    /// (yet) may cause.
-    misses: log_limiter::LogLimiter,
+    /// The catalog reloads of requests naming a topic this broker does not know (yet); held
+    /// across a reload, so such reloads run one at a time.
+    misses: tokio::sync::Mutex<MissReloads>,
 }
 
-/// How often at most a request naming an unknown topic reloads the catalog in cluster mode:
-/// a topic created through another broker is then usable here at once instead of after the
-/// next refresh, while a client asking for topics that do not exist costs the metadata
-/// store at most four queries a second.
+/// See [`Broker::refresh_on_miss`].
+#[derive(Debug, Default)]
+struct MissReloads {
+    /// When the last reload was started (the interval between reloads counts from it).
+    started: Option<tokio::time::Instant>,
+    /// When the last reload that completed was started: it answers every request that
+    /// arrived before then.
+    completed: Option<tokio::time::Instant>,
+}
+
+/// How often at most requests naming unknown topics reload the catalog in cluster mode: a
+/// topic created through another broker is then usable here at once instead of after the
+/// next refresh, while clients asking for topics that do not exist cost the metadata store
+/// at most four queries a second. Such a request waits for a reload that started after it
+/// arrived (one reload answers every request that arrived before it started), so requests
+/// arriving together all see a topic created just before them.
 const CATALOG_MISS_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Longest such a reload may hold the request.
@@ -316,7 +328,7 @@ impl Broker {
             cluster: Some(ClusterParts {
                 meta,
                 catalog: sync,
-                misses: log_limiter::LogLimiter::new(CATALOG_MISS_REFRESH_INTERVAL),
+                misses: tokio::sync::Mutex::new(MissReloads::default()),
             }),
             authorizer: std::sync::OnceLock::new(),
             file_records: std::sync::Mutex::new(()),
@@ -390,31 +402,49 @@ impl Broker {
         }
     }
 
-    /// Cluster mode: whether one of `topics` is unknown here and a reload of the catalog for
-    /// it is allowed now ([`CATALOG_MISS_REFRESH_INTERVAL`]). Always false in the
-    /// single-broker modes.
+    /// Cluster mode: whether one of `topics` is unknown here, so the request should wait for
+    /// [`Broker::refresh_on_miss`] first. Always false in the single-broker modes.
     pub fn misses_catalog<'a>(&self, mut topics: impl Iterator<Item = &'a str>) -> bool {
-        let Some(c) = &self.cluster else {
-            return false;
-        };
-        topics.any(|t| self.topics.get(t).is_none())
-            && c.misses.hit(tokio::time::Instant::now()).is_some()
+        self.cluster.is_some() && topics.any(|t| self.topics.get(t).is_none())
     }
 
     /// [`Broker::misses_catalog`] for topics named by id.
     pub fn misses_catalog_ids(&self, mut ids: impl Iterator<Item = Uuid>) -> bool {
-        let Some(c) = &self.cluster else {
+        if self.cluster.is_none() {
             return false;
-        };
+        }
         let known: Vec<Uuid> = self.topics.all().iter().map(|t| t.id).collect();
-        ids.any(|id| !known.contains(&id)) && c.misses.hit(tokio::time::Instant::now()).is_some()
+        ids.any(|id| !known.contains(&id))
     }
 
     /// Cluster mode: reloads and applies the catalog for a request that named an unknown
     /// topic, waiting at most [`CATALOG_MISS_REFRESH_WAIT`]; a failure leaves the request to
     /// answer with what this broker knows.
+    ///
+    /// The reload it waits for started after the call: a reload already under way may have
+    /// read the catalog before the topic was created. Reloads run one at a time and at most
+    /// one per [`CATALOG_MISS_REFRESH_INTERVAL`]; callers that arrived before a reload started
+    /// are all answered by it.
     pub async fn refresh_on_miss(&self) {
-        match tokio::time::timeout(CATALOG_MISS_REFRESH_WAIT, self.refresh_catalog()).await {
+        let Some(c) = &self.cluster else {
+            return;
+        };
+        let arrived = tokio::time::Instant::now();
+        let reload = async {
+            let mut reloads = c.misses.lock().await;
+            if reloads.completed.is_some_and(|started| started >= arrived) {
+                return Ok(());
+            }
+            if let Some(started) = reloads.started {
+                tokio::time::sleep_until(started + CATALOG_MISS_REFRESH_INTERVAL).await;
+            }
+            let started = tokio::time::Instant::now();
+            reloads.started = Some(started);
+            self.refresh_catalog().await?;
+            reloads.completed = Some(started);
+            Ok::<(), cluster::ClusterError>(())
+        };
+        match tokio::time::timeout(CATALOG_MISS_REFRESH_WAIT, reload).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::debug!(error = %e, "catalog reload for an unknown topic failed"),
             Err(_) => tracing::debug!("catalog reload for an unknown topic timed out"),

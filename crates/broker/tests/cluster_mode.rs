@@ -703,6 +703,58 @@ fn shutdown_stops_applying_the_catalog() {
     assert!(c.b.broker.topics().get("after").is_none());
 }
 
+/// Requests naming a topic this broker does not know wait for a catalog reload that started
+/// after they arrived: consumers of a group that start together all see a topic created
+/// through another broker just before (one told "unknown topic" would join subscribed to
+/// nothing), and so does a request right after another one's reload. Reloads stay bounded.
+#[test]
+fn requests_arriving_together_all_see_a_topic_created_through_the_other_broker() {
+    let c = Cluster::new();
+    let b = &c.b.broker;
+    for (round, topic) in ["fresh-0", "fresh-1"].into_iter().enumerate() {
+        assert_eq!(create(&c, &c.a.broker, topic, 3, &[]).0, 0);
+        assert!(b.topics().get(topic).is_none(), "B has not refreshed yet");
+        let refreshes = c.b.meta.refreshes();
+        let asked: Vec<_> = (0..6)
+            .map(|_| {
+                // As a consumer asks: without auto-creation (which reloads the catalog anyway).
+                let req = MetadataRequest::default()
+                    .with_topics(Some(vec![
+                        metadata_request::MetadataRequestTopic::default()
+                            .with_name(Some(name(topic))),
+                    ]))
+                    .with_allow_auto_topic_creation(false);
+                b.handle(Request {
+                    api_key: ApiKey::Metadata,
+                    api_version: 12,
+                    correlation_id: 1,
+                    client_id: None,
+                    body: RequestKind::Metadata(req),
+                })
+            })
+            .collect();
+        let answers = c.rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(asked)).await
+        });
+        for answer in answers.expect("answered in time") {
+            let Some(ResponseKind::Metadata(m)) = answer else {
+                panic!("{answer:?}")
+            };
+            assert_eq!(
+                m.topics[0].error_code, 0,
+                "round {round}: {:?}",
+                m.topics[0]
+            );
+            assert_eq!(m.topics[0].partitions.len(), 3);
+        }
+        let reloads = c.b.meta.refreshes() - refreshes;
+        assert!(
+            (1..=2).contains(&reloads),
+            "round {round}: {reloads} reloads for 6 requests"
+        );
+    }
+}
+
 /// Applying a catalog: once fully applied, the same one again costs nothing; one that could
 /// not be fully applied (a partition that did not open) is tried again, same version or not.
 #[test]

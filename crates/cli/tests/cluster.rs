@@ -627,6 +627,61 @@ fn a_topic_created_through_one_broker_can_be_altered_through_another_at_once() {
     }
 }
 
+#[test]
+fn clients_arriving_together_all_see_a_topic_created_through_another_broker() {
+    use sluice_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use sluice_protocol::kafka_protocol::messages::{
+        ApiKey, MetadataRequest, RequestKind, ResponseKind, TopicName,
+    };
+    use sluice_protocol::kafka_protocol::protocol::StrBytes;
+
+    let minio = MinioServer::start();
+    let pg = PostgresServer::start();
+    let a = start(&minio, &pg, "together");
+    let b = start(&minio, &pg, "together");
+    eventually(Duration::from_secs(10), "two brokers listed", || {
+        brokers_listed(&b) == 2
+    });
+    // Consumers of a group start together and each asks for the new topic's metadata: every
+    // one must be told it exists. (A member told "unknown topic" joins subscribed to nothing,
+    // is assigned nothing, and librdkafka asks again only after its 5-minute metadata refresh.)
+    for i in 0..3 {
+        let topic = format!("together-{i}");
+        a.ok(&["topic", "create", &topic, "--partitions", "3"], "");
+        let port = b.port;
+        let askers: Vec<_> = (0..6)
+            .map(|_| {
+                let topic = topic.clone();
+                std::thread::spawn(move || {
+                    let request = MetadataRequest::default()
+                        .with_topics(Some(vec![
+                            MetadataRequestTopic::default()
+                                .with_name(Some(TopicName(StrBytes::from_string(topic)))),
+                        ]))
+                        .with_allow_auto_topic_creation(false);
+                    match common::kafka_call(
+                        port,
+                        ApiKey::Metadata,
+                        12,
+                        RequestKind::Metadata(request),
+                    ) {
+                        ResponseKind::Metadata(m) => {
+                            (m.topics[0].error_code, m.topics[0].partitions.len())
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                })
+            })
+            .collect();
+        let answers: Vec<(i16, usize)> = askers.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            answers,
+            vec![(0, 3); 6],
+            "{topic}: (error code, partitions) per client"
+        );
+    }
+}
+
 /// An ACL request body: `(resource name, principal)` on a literal topic, READ, ALLOW.
 fn acl_creation(
     topic: &str,
