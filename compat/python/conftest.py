@@ -583,17 +583,18 @@ class MinioServer:
 
     def create_bucket(self, bucket: str):
         """S3 CreateBucket. MinIO may say it is ready a moment before it takes bucket operations
-        (503 XMinioServerNotInitialized): those, and connection errors, are retried until
-        MINIO_READY_S has passed."""
+        (503 XMinioServerNotInitialized, or 403 InvalidAccessKeyId while its root user is not
+        loaded yet): those, and connection errors, are retried until MINIO_READY_S has passed."""
         deadline = time.monotonic() + MINIO_READY_S
         while True:
             try:
                 status, body = self._request("PUT", f"/{bucket}")
                 if status == 200:
                     return
-                if status != 503:
+                not_ready = status == 503 or (status == 403 and "<Code>InvalidAccessKeyId</Code>" in body)
+                if not not_ready:
                     raise RuntimeError(f"MinIO refused CreateBucket {bucket}: HTTP {status}: {body}")
-                why = f"HTTP 503: {body}"
+                why = f"HTTP {status}: {body}"
             except OSError as e:
                 why = repr(e)
             if time.monotonic() >= deadline:

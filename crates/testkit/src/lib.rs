@@ -97,7 +97,8 @@ impl MinioServer {
         let started = Instant::now();
         server.spawn_and_wait();
         // MinIO may report itself ready a moment before it accepts bucket operations (503
-        // XMinioServerNotInitialized); retry those within the same start bound.
+        // XMinioServerNotInitialized, or 403 InvalidAccessKeyId while the root user is not
+        // loaded yet); retry those within the same start bound.
         loop {
             match server.try_create_bucket(&server.bucket) {
                 Ok(()) => return server,
@@ -197,6 +198,11 @@ impl MinioServer {
         match http_request(self.addr(), "PUT", &path, &signed.headers) {
             Ok((200, _)) => Ok(()),
             Ok((503, body)) => Err(CreateBucketError::Retry(format!("HTTP 503: {body}"))),
+            // Until its identity store has loaded the root user, a MinIO that already reports
+            // itself ready may not know the access key yet.
+            Ok((403, body)) if body.contains("<Code>InvalidAccessKeyId</Code>") => Err(
+                CreateBucketError::Retry(format!("HTTP 403 (access key not known yet): {body}")),
+            ),
             Ok((status, body)) => Err(CreateBucketError::Refused(format!(
                 "MinIO refused CreateBucket: HTTP {status}: {body}"
             ))),
