@@ -705,8 +705,9 @@ fn shutdown_stops_applying_the_catalog() {
 
 /// Requests naming a topic this broker does not know wait for a catalog reload that started
 /// after they arrived: consumers of a group that start together all see a topic created
-/// through another broker just before (one told "unknown topic" would join subscribed to
-/// nothing), and so does a request right after another one's reload. Reloads stay bounded.
+/// through another broker just before (one told "unknown topic" would stay out of its group
+/// until its next metadata refresh), and so does a request right after another one's
+/// reload. Reloads stay bounded.
 #[test]
 fn requests_arriving_together_all_see_a_topic_created_through_the_other_broker() {
     let c = Cluster::new();

@@ -643,8 +643,8 @@ fn clients_arriving_together_all_see_a_topic_created_through_another_broker() {
         brokers_listed(&b) == 2
     });
     // Consumers of a group start together and each asks for the new topic's metadata: every
-    // one must be told it exists. (A member told "unknown topic" joins subscribed to nothing,
-    // is assigned nothing, and librdkafka asks again only after its 5-minute metadata refresh.)
+    // one must be told it exists. (librdkafka keeps a member told "unknown topic" out of its
+    // group, with nothing assigned, until its next metadata refresh, 5 minutes later.)
     for i in 0..3 {
         let topic = format!("together-{i}");
         a.ok(&["topic", "create", &topic, "--partitions", "3"], "");
